@@ -1,0 +1,41 @@
+# The README's two set-up commands are `make up` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: install up test lint typecheck unit bench goldens clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Installs, then runs the main job on embedded defaults.
+up: install
+	$(BIN)/countersign up
+
+## Installs, then runs every check CI runs: lint, types, all tests.
+test: install lint typecheck unit
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck:
+	$(BIN)/mypy components tests bench
+
+unit:
+	$(BIN)/pytest -q
+
+bench: install
+	$(BIN)/python bench/run.py
+
+goldens: install
+	$(BIN)/countersign dev regenerate-goldens
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,150 @@
+"""The project's exception tree: one root, a subclass per component, a stable ``code`` each.
+
+Every error says whether retrying the same call can succeed (``retryable``). Adapters turn
+foreign exceptions into these with ``raise ... from e``. Verification raises; it never
+returns a bool that a caller can forget to check.
+
+::
+
+    CountersignError                       code            retryable
+    ├── InputError                         invalid_input   no   (malformed input; CLI exit 2)
+    │   ├── ContractError                  contract_invalid     (a document broke its schema)
+    │   └── RegistryFileError              registry_invalid     (names the file and the field)
+    ├── SignatureError                     signature_*     no   (refused and audited)
+    │   ├── MalformedEnvelopeError         signature_malformed
+    │   ├── UnknownKeyError                signature_unknown_key
+    │   ├── KeyRevokedError                signature_key_revoked
+    │   ├── HashMismatchError              signature_hash_mismatch
+    │   └── BadSignatureError              signature_invalid
+    ├── KeyRingError                       keyring_error   no   (key store missing/unsafe)
+    ├── PlanningError                      planning_error  no
+    │   ├── UnknownIntentError             unknown_intent       (lists the known intents)
+    │   └── BindingError                   binding_error        (names step and binding)
+    └── (storage, approvals, audit, runtimes add their own subclasses)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "BadSignatureError",
+    "BindingError",
+    "ContractError",
+    "CountersignError",
+    "HashMismatchError",
+    "InputError",
+    "KeyRevokedError",
+    "KeyRingError",
+    "MalformedEnvelopeError",
+    "PlanningError",
+    "RegistryFileError",
+    "SignatureError",
+    "UnknownIntentError",
+    "UnknownKeyError",
+]
+
+
+class CountersignError(Exception):
+    """Root of every error the project raises on purpose."""
+
+    code: ClassVar[str] = "countersign_error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def one_line(self) -> str:
+        """The message on one line, prefixed with the stable code (CLI and logs)."""
+        flat = " ".join(self.message.split())
+        return f"{self.code}: {flat}"
+
+
+class InputError(CountersignError):
+    """Input that can never succeed as given (bad JSON, schema violation, unknown field)."""
+
+    code = "invalid_input"
+
+
+class ContractError(InputError):
+    """A document does not satisfy its contract (GLOBAL_SPEC.md)."""
+
+    code = "contract_invalid"
+
+
+class RegistryFileError(InputError):
+    """A registry file is broken; the message names the file and the field."""
+
+    code = "registry_invalid"
+
+    def __init__(self, message: str, *, file: str, field: str | None = None) -> None:
+        where = f"{file}" + (f": {field}" if field else "")
+        super().__init__(f"{where}: {message}")
+        self.file = file
+        self.field = field
+
+
+class SignatureError(CountersignError):
+    """A signed document failed verification. Always refused; callers audit it."""
+
+    code = "signature_error"
+
+
+class MalformedEnvelopeError(SignatureError):
+    """The signed document or its envelope is not well formed."""
+
+    code = "signature_malformed"
+
+
+class UnknownKeyError(SignatureError):
+    """The envelope names a ``pubkey_id`` the key ring does not hold."""
+
+    code = "signature_unknown_key"
+
+
+class KeyRevokedError(SignatureError):
+    """The envelope was made with a key that has since been revoked."""
+
+    code = "signature_key_revoked"
+
+
+class HashMismatchError(SignatureError):
+    """The stated ``plan_hash`` is not the hash of the plan's canonical bytes."""
+
+    code = "signature_hash_mismatch"
+
+
+class BadSignatureError(SignatureError):
+    """The Ed25519 signature does not hold over the plan."""
+
+    code = "signature_invalid"
+
+
+class KeyRingError(CountersignError):
+    """The key store is missing, unreadable, or unsafe (permissions)."""
+
+    code = "keyring_error"
+
+
+class PlanningError(CountersignError):
+    """The planner cannot build a plan from these inputs."""
+
+    code = "planning_error"
+
+
+class UnknownIntentError(PlanningError):
+    """The intent name is not one the registry can plan."""
+
+    code = "unknown_intent"
+
+    def __init__(self, intent: str, known: list[str]) -> None:
+        super().__init__(f"unknown intent {intent!r}; the registry knows: {', '.join(known)}")
+        self.intent = intent
+        self.known = known
+
+
+class BindingError(PlanningError):
+    """A plan step has no complete binding to a connector operation."""
+
+    code = "binding_error"

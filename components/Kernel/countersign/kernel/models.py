@@ -1,0 +1,386 @@
+"""The contracts of GLOBAL_SPEC.md as frozen pydantic v2 models.
+
+Every model rejects unknown fields (the error names the field). Timestamps are normalised to
+UTC and serialise with a ``Z`` suffix so that one instant has one canonical spelling. Values a
+person supplied (intent entities and constraints) may not use keys that start with ``$``: that
+prefix is reserved for references the planner writes (``{"$ref": "steps.3.output"}``), so user
+text can never pose as one (ARCHITECTURE.md §3.8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .errors import ContractError
+from .ids import parse_ulid
+
+__all__ = [
+    "MAX_SAFE_INT",
+    "ApprovalToken",
+    "Contract",
+    "Evidence",
+    "ExecuteResult",
+    "ExecuteWrapper",
+    "Intent",
+    "Need",
+    "Needs",
+    "Plan",
+    "PlanConstraints",
+    "PlanMeta",
+    "PlanStep",
+    "Policy",
+    "PreviewWrapper",
+    "SignatureEnvelope",
+    "SignedPlan",
+    "StepMode",
+    "StepRole",
+    "UtcDatetime",
+    "format_utc",
+    "parse_contract",
+]
+
+MAX_SAFE_INT = 2**53 - 1
+_NAME = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$"
+_GATE = r"^gate-[A-Z]{1,3}$"
+_HEX64 = r"^[0-9a-f]{64}$"
+
+StepMode = Literal["interactive", "durable"]
+StepRole = Literal["Fetcher", "Analyzer", "Watcher", "Resolver", "Booker", "Notifier"]
+
+
+def format_utc(value: datetime) -> str:
+    """ISO 8601 in UTC with millisecond precision and a ``Z``: the one canonical spelling."""
+    v = value.astimezone(UTC)
+    return v.strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z"
+
+
+def _to_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("timestamp needs a timezone (e.g. 'Z' or '+00:00')")
+    v = value.astimezone(UTC)
+    return v.replace(microsecond=(v.microsecond // 1000) * 1000)
+
+
+UtcDatetime = Annotated[
+    datetime,
+    AfterValidator(_to_utc),
+    PlainSerializer(format_utc, return_type=str, when_used="always"),
+]
+
+
+def _check_ulid(value: str) -> str:
+    try:
+        return parse_ulid(value)
+    except ContractError as e:
+        raise ValueError(e.message) from e
+
+
+Ulid = Annotated[str, AfterValidator(_check_ulid)]
+
+
+def _walk_user_json(value: Any, path: str) -> None:
+    """Refuse reserved ``$`` keys and integers JSON cannot carry exactly."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | float):
+        return
+    if isinstance(value, int):
+        if abs(value) > MAX_SAFE_INT:
+            raise ValueError(f"{path}: integer {value} is beyond 2^53-1; send it as a string")
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if isinstance(k, str) and k.startswith("$"):
+                raise ValueError(f"{path}.{k}: keys starting with '$' are reserved")
+            _walk_user_json(v, f"{path}.{k}")
+        return
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            _walk_user_json(v, f"{path}[{i}]")
+
+
+def _walk_safe_ints(value: Any, path: str) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and abs(value) > MAX_SAFE_INT:
+        raise ValueError(f"{path}: integer {value} is beyond 2^53-1; send it as a string")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _walk_safe_ints(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _walk_safe_ints(v, f"{path}[{i}]")
+
+
+def _user_json(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    _walk_user_json(value, "$")
+    return value
+
+
+def _safe_json(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    _walk_safe_ints(value, "$")
+    return value
+
+
+UserJson = Annotated[dict[str, JsonValue], AfterValidator(_user_json)]
+SafeJson = Annotated[dict[str, JsonValue], AfterValidator(_safe_json)]
+
+
+class Contract(BaseModel):
+    """Base of every contract: frozen, unknown fields rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form that gets canonicalized, hashed and signed."""
+        return self.model_dump(mode="json")
+
+
+M = TypeVar("M", bound="Contract")
+
+
+def parse_contract(model: type[M], data: Any, *, what: str | None = None) -> M:
+    """Validate ``data`` as ``model``; raise ContractError naming every bad field.
+
+    Args:
+        model: the contract type.
+        data: decoded JSON.
+        what: a label for the message (a file name, "intent", ...).
+    """
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ContractError(_describe(e, what or model.__name__)) from e
+
+
+def _describe(e: ValidationError, what: str) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(document)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown field {loc!r}")
+        elif err["type"] == "missing":
+            parts.append(f"missing field {loc!r}")
+        else:
+            parts.append(f"{loc}: {err['msg']}")
+    return f"{what}: " + "; ".join(parts)
+
+
+class Intent(Contract):
+    """What the person wants, finalized by Intake. Carries its own id and time."""
+
+    intent: str = Field(pattern=_NAME, max_length=64)
+    intent_id: Ulid
+    received_at: UtcDatetime
+    user_id: str = Field(min_length=1, max_length=128)
+    entities: UserJson = Field(default_factory=dict)
+    constraints: UserJson = Field(default_factory=dict)
+    tz: str = "UTC"
+    context_budget: int = Field(default=1, ge=0, le=5)
+
+    @field_validator("tz")
+    @classmethod
+    def _tz_exists(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError) as e:
+            raise ValueError(f"unknown IANA time zone {v!r}") from e
+        return v
+
+
+class Evidence(Contract):
+    """One small typed fact from ContextRAG (never a raw blob)."""
+
+    type: Literal["preference", "history", "contact", "plan", "exemplar"]
+    key: str = Field(min_length=1, max_length=128)
+    value: JsonValue
+    confidence: float = Field(ge=0.0, le=1.0)
+    source_ref: str = Field(min_length=1, max_length=256)
+    ttl_days: int | None = Field(default=None, ge=0, le=36500)
+
+    @field_validator("value")
+    @classmethod
+    def _value_safe(cls, v: JsonValue) -> JsonValue:
+        _walk_user_json(v, "value")
+        return v
+
+
+class PlanStep(Contract):
+    """One node of the plan DAG."""
+
+    step: int = Field(ge=1, le=10_000)
+    mode: StepMode
+    role: StepRole
+    uses: str = Field(pattern=_NAME, max_length=64)
+    call: str = Field(pattern=_NAME, max_length=64)
+    args: SafeJson = Field(default_factory=dict)
+    after: list[int] = Field(default_factory=list)
+    gate_id: str | None = Field(default=None, pattern=_GATE)
+    dry_run: bool
+
+    @field_validator("after")
+    @classmethod
+    def _after_sorted_unique(cls, v: list[int]) -> list[int]:
+        if v != sorted(set(v)):
+            raise ValueError("after must list distinct step numbers in ascending order")
+        return v
+
+
+class PlanConstraints(Contract):
+    """What the plan may touch and how long it stays valid."""
+
+    scopes: list[str] = Field(default_factory=list)
+    ttl_s: int = Field(ge=1, le=365 * 86400)
+
+
+class PlanMeta(Contract):
+    """Provenance: which inputs produced this plan. All derived from the inputs."""
+
+    created_at: UtcDatetime
+    author: Literal["planner"] = "planner"
+    planner_version: str
+    registry_version: str = Field(pattern=_HEX64)
+    policy_version: str = Field(pattern=_HEX64)
+    evidence_hash: str = Field(pattern=_HEX64)
+
+
+class Plan(Contract):
+    """A deterministic DAG of steps with approval gates before writes."""
+
+    plan_id: Ulid
+    intent: Intent
+    graph: list[PlanStep] = Field(min_length=1)
+    constraints: PlanConstraints
+    plugins: list[str]
+    meta: PlanMeta
+
+    @model_validator(mode="after")
+    def _dag(self) -> Plan:
+        numbers = [s.step for s in self.graph]
+        if numbers != list(range(1, len(numbers) + 1)):
+            raise ValueError("graph steps must be numbered 1..n in order")
+        gates = [s.gate_id for s in self.graph if s.gate_id]
+        if len(gates) != len(set(gates)):
+            raise ValueError("each gate_id may appear on one step only")
+        for s in self.graph:
+            for dep in s.after:
+                if dep >= s.step:
+                    raise ValueError(f"step {s.step}: after may only name earlier steps")
+        return self
+
+    def step(self, number: int) -> PlanStep:
+        """The step with this number (KeyError if none)."""
+        if 1 <= number <= len(self.graph):
+            return self.graph[number - 1]
+        raise KeyError(number)
+
+
+class SignatureEnvelope(Contract):
+    """Detached Ed25519 signature over a plan's canonical bytes (see Signer SPEC)."""
+
+    algo: Literal["Ed25519"] = "Ed25519"
+    signer: str = Field(min_length=1, max_length=128)
+    ts: UtcDatetime
+    nonce: Ulid
+    signature: str = Field(pattern=r"^[A-Za-z0-9+/]{86}==$")
+    pubkey_id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class SignedPlan(Contract):
+    """The document ``countersign plan`` prints and ``countersign verify`` reads."""
+
+    plan: Plan
+    signature: SignatureEnvelope
+    plan_hash: str = Field(pattern=_HEX64)
+
+
+class Need(Contract):
+    """One thing the readiness gate still has to ask for."""
+
+    entity: str
+    question: str
+
+
+class Needs(Contract):
+    """The planner's answer when required entities are missing: no plan, questions instead."""
+
+    intent: str
+    needs: list[Need] = Field(min_length=1)
+
+
+class PreviewWrapper(Contract):
+    """What a read-only preview returns."""
+
+    normalized: dict[str, JsonValue] = Field(default_factory=dict)
+    source: Literal["preview"] = "preview"
+    can_execute: bool
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
+class ExecuteResult(Contract):
+    """The provider's handle on what was written."""
+
+    id: str | None = None
+    link: str | None = None
+
+
+class ExecuteWrapper(Contract):
+    """One connector result from an execute."""
+
+    provider: str
+    result: ExecuteResult = Field(default_factory=ExecuteResult)
+    status: Literal["created", "updated", "skipped", "error"]
+    step: int | None = Field(default=None, ge=1)
+    error: str | None = None
+
+
+class ApprovalToken(Contract):
+    """A gate approval: bound to one plan hash, one gate and one user; short-lived; single use."""
+
+    token: str = Field(min_length=16, max_length=2048)
+    plan_hash: str = Field(pattern=_HEX64)
+    gate_id: str = Field(pattern=_GATE)
+    user_id: str = Field(min_length=1, max_length=128)
+    exp: UtcDatetime
+    scopes: list[str] = Field(default_factory=list)
+
+
+class Policy(Contract):
+    """Configuration that shapes plans (vC). Its content hash is ``policy_version``."""
+
+    plan_ttl_s: int = Field(default=900, ge=60, le=30 * 86400)
+    approval_ttl_s: int = Field(default=300, ge=10, le=86400)
+    gating: Literal["per_write_group", "per_write"] = "per_write_group"
+    min_evidence_confidence: float = Field(default=0.6, ge=0.0, le=1.0)
+    watcher_defaults: dict[str, int] = Field(
+        default_factory=lambda: {
+            "poll_interval_s": 900,
+            "max_polls": 2000,
+            "max_lifetime_s": 30 * 86400,
+        }
+    )
+
+    @field_validator("watcher_defaults")
+    @classmethod
+    def _positive(cls, v: dict[str, int]) -> dict[str, int]:
+        allowed = {"poll_interval_s", "max_polls", "max_lifetime_s"}
+        for k, n in v.items():
+            if k not in allowed:
+                raise ValueError(f"unknown watcher default {k!r} (known: {sorted(allowed)})")
+            if n <= 0:
+                raise ValueError(f"watcher default {k} must be positive")
+        return v
+

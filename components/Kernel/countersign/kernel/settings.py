@@ -1,0 +1,42 @@
+"""Process settings (pydantic-settings). Built once in an entry point and passed down; nothing
+below the entry points reads ``os.environ`` (STYLE.md, Config)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "source_registry_dir"]
+
+
+def source_registry_dir() -> Path:
+    """The ``registry/`` folder of the source tree this package was installed from."""
+    # components/Kernel/countersign/kernel/settings.py -> repository root is parents[4]
+    return Path(__file__).resolve().parents[4] / "registry"
+
+
+def _default_home() -> Path:
+    return Path(platformdirs.user_data_dir("countersign", appauthor=False))
+
+
+class Settings(BaseSettings):
+    """Everything a Countersign process can be configured with (env prefix ``COUNTERSIGN_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="COUNTERSIGN_", extra="ignore", frozen=True)
+
+    home: Path = Field(default_factory=_default_home)
+    registry_dir: Path = Field(default_factory=source_registry_dir)
+    signer_name: str = "planner@system"
+    #: An Ed25519 seed (base64, 32 bytes) given through the environment instead of the key ring
+    #: on disk; ``signing_key_id`` names it. Never printed.
+    signing_key: SecretStr | None = None
+    signing_key_id: str = "env"
+    database_url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
+
+    @property
+    def keys_dir(self) -> Path:
+        """Where the key ring lives (0700 folder, 0600 files)."""
+        return self.home / "keys"
