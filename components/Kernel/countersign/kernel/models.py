@@ -364,6 +364,10 @@ class Policy(Contract):
     plan_ttl_s: int = Field(default=900, ge=60, le=30 * 86400)
     approval_ttl_s: int = Field(default=300, ge=10, le=86400)
     gating: Literal["per_write_group", "per_write"] = "per_write_group"
+    #: Which connector serves a capability that intent templates name as ``@<capability>``.
+    providers: dict[str, str] = Field(
+        default_factory=lambda: {"calendar": "google.calendar", "mail": "gmail", "chat": "slack"}
+    )
     min_evidence_confidence: float = Field(default=0.6, ge=0.0, le=1.0)
     watcher_defaults: dict[str, int] = Field(
         default_factory=lambda: {
@@ -383,4 +387,3 @@ class Policy(Contract):
             if n <= 0:
                 raise ValueError(f"watcher default {k} must be positive")
         return v
-

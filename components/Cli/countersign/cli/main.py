@@ -1,0 +1,262 @@
+"""The ``countersign`` command line (typer). A thin edge: parse, build Settings, call cores, print.
+
+Exit codes (GLOBAL_SPEC.md §7): 0 ok; 1 refused or failed (bad signature, key ring problem);
+2 malformed input (one line on stderr naming what was wrong); 3 the plan needs more input
+(``{"needs": [...]}`` on stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+import yaml
+
+from countersign.kernel import (
+    CountersignError,
+    Evidence,
+    InputError,
+    Intent,
+    Needs,
+    PlanningError,
+    Policy,
+    Settings,
+    SignatureError,
+    parse_contract,
+)
+from countersign.planner import make_plan
+from countersign.registry import load_registry
+from countersign.signer import KeyRing, fresh_seed, open_keyring, sign_plan, verify_signed_plan
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="countersign",
+    help="Signed, previewable, approvable plans for personal agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+keys_app = typer.Typer(help="Manage the Ed25519 key ring.", no_args_is_help=True)
+registry_app = typer.Typer(help="Inspect and validate registry/.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+app.add_typer(registry_app, name="registry")
+
+EXIT_REFUSED = 1
+EXIT_INPUT = 2
+EXIT_NEEDS = 3
+
+R = TypeVar("R")
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    typer.echo(" ".join(message.split()), err=True)
+    raise typer.Exit(code)
+
+
+def _guard(fn: Callable[[], R]) -> R:
+    """Run a command body, mapping our errors to one line on stderr and an exit code."""
+    try:
+        return fn()
+    except (InputError, PlanningError) as e:
+        _fail(EXIT_INPUT, e.one_line())
+    except SignatureError as e:
+        _fail(EXIT_REFUSED, e.one_line())
+    except CountersignError as e:
+        _fail(EXIT_REFUSED, e.one_line())
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def read_document(path: Path) -> Any:
+    """Read a JSON (or YAML, by suffix) file; InputError naming the file on any problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from e
+    try:
+        if path.suffix in {".yaml", ".yml"}:
+            return yaml.safe_load(text)
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: not YAML: {e}") from e
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+
+
+def plan_document(
+    settings: Settings,
+    intent_doc: Any,
+    evidence_doc: Any,
+    policy_doc: Any,
+    *,
+    now: datetime,
+) -> dict[str, Any]:
+    """Plan and sign; the signed-plan document, or ``{"needs": [...]}``.
+
+    Shared by the CLI and ``up`` (and, later, the API), so every edge plans the same way.
+    """
+    intent = parse_contract(Intent, intent_doc, what="intent")
+    if not isinstance(evidence_doc, list):
+        raise InputError("evidence: must be a JSON list of evidence items")
+    evidence = [
+        parse_contract(Evidence, e, what=f"evidence[{i}]") for i, e in enumerate(evidence_doc)
+    ]
+    policy = parse_contract(Policy, policy_doc, what="policy")
+    registry = load_registry(settings.registry_dir)
+    result = make_plan(intent, evidence, registry, policy)
+    if isinstance(result, Needs):
+        return result.to_json()
+    ring = open_keyring(settings, now=now, create=True)
+    pubkey_id, key = ring.active()
+    envelope, digest, _ = sign_plan(
+        result, key=key, pubkey_id=pubkey_id, signer=settings.signer_name
+    )
+    return {"plan": result.to_json(), "signature": envelope.to_json(), "plan_hash": digest}
+
+
+@app.command("plan")
+def plan_cmd(
+    intent: Annotated[Path, typer.Option("--intent", help="Intent JSON file.")],
+    evidence: Annotated[Path | None, typer.Option("--evidence", help="Evidence JSON list.")] = None,
+    policy: Annotated[Path | None, typer.Option("--policy", help="Policy JSON/YAML.")] = None,
+) -> None:
+    """Plan an intent and print the signed plan ``{"plan", "signature", "plan_hash"}``."""
+
+    def body() -> None:
+        settings = Settings()
+        doc = plan_document(
+            settings,
+            read_document(intent),
+            read_document(evidence) if evidence else [],
+            read_document(policy) if policy else {},
+            now=_now(),
+        )
+        _print_json(doc)
+        if "needs" in doc:
+            raise typer.Exit(EXIT_NEEDS)
+
+    _guard(body)
+
+
+@app.command("verify")
+def verify_cmd(file: Annotated[Path, typer.Argument(help="Signed plan JSON file.")]) -> None:
+    """Exit 0 when the signature over the plan holds; otherwise non-zero with one line why."""
+
+    def body() -> None:
+        settings = Settings()
+        ring = open_keyring(settings, now=_now())
+        verified = verify_signed_plan(read_document(file), keys=ring)
+        typer.echo(
+            f"ok plan_id={verified.plan.plan_id} plan_hash={verified.plan_hash} "
+            f"key={verified.envelope.pubkey_id}"
+        )
+
+    _guard(body)
+
+
+@registry_app.command("validate")
+def registry_validate(
+    folder: Annotated[Path | None, typer.Option("--dir", help="Registry folder.")] = None,
+) -> None:
+    """Validate every registry file; print the registry version (vR)."""
+
+    def body() -> None:
+        settings = Settings()
+        reg = load_registry(folder or settings.registry_dir)
+        typer.echo(
+            f"ok version={reg.version} connectors={len(reg.connectors)} intents={len(reg.intents)}"
+        )
+
+    _guard(body)
+
+
+@keys_app.command("init")
+def keys_init() -> None:
+    """Create the key ring with one active key (k1)."""
+
+    def body() -> None:
+        settings = Settings()
+        ring = KeyRing.init(settings.keys_dir, now=_now(), seed=fresh_seed())
+        typer.echo(f"created key ring in {settings.keys_dir}; active key {ring.active()[0]}")
+
+    _guard(body)
+
+
+@keys_app.command("rotate")
+def keys_rotate() -> None:
+    """Retire the active key (it still verifies) and make a new active key."""
+
+    def body() -> None:
+        settings = Settings()
+        ring = KeyRing.load(settings.keys_dir)
+        new_id = ring.rotate(now=_now(), seed=fresh_seed())
+        typer.echo(f"active key is now {new_id}")
+
+    _guard(body)
+
+
+@keys_app.command("revoke")
+def keys_revoke(pubkey_id: Annotated[str, typer.Argument(help="Key id, e.g. k1.")]) -> None:
+    """Revoke a retired key: plans it signed no longer verify."""
+
+    def body() -> None:
+        settings = Settings()
+        KeyRing.load(settings.keys_dir).revoke(pubkey_id, now=_now())
+        typer.echo(f"revoked {pubkey_id}")
+
+    _guard(body)
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """List keys (ids, status, public keys; never secrets)."""
+
+    def body() -> None:
+        settings = Settings()
+        for info in KeyRing.load(settings.keys_dir).infos():
+            typer.echo(f"{info.pubkey_id}\t{info.status}\t{info.public_key}")
+
+    _guard(body)
+
+
+@app.command("up")
+def up_cmd(
+    intent: Annotated[
+        Path | None, typer.Option("--intent", help="Intent to plan (default: the meeting example).")
+    ] = None,
+) -> None:
+    """Prepare the embedded stack and run the main job: plan, sign and verify an intent."""
+
+    def body() -> None:
+        settings = Settings()
+        example = settings.registry_dir.parent / "usecases" / "meeting" / "fixtures" / "intent.json"
+        path = intent or example
+        reg = load_registry(settings.registry_dir)
+        typer.echo(f"registry ok: version {reg.version[:16]}…", err=True)
+        doc = plan_document(settings, read_document(path), [], {}, now=_now())
+        if "needs" in doc:
+            _print_json(doc)
+            raise typer.Exit(EXIT_NEEDS)
+        ring = open_keyring(settings, now=_now())
+        verified = verify_signed_plan(doc, keys=ring)
+        typer.echo(f"signed and verified plan {verified.plan.plan_id}", err=True)
+        _print_json(doc)
+
+    _guard(body)
+
+
+def main() -> None:
+    """Console entry point."""
+    app()

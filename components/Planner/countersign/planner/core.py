@@ -1,0 +1,501 @@
+"""The Planner: a pure function of (Intent, Evidence, Registry snapshot, Policy) -> Plan | Needs.
+
+No clock, no randomness, no I/O (ARCHITECTURE.md §3.1). ``plan_id`` is a ULID whose time is the
+intent's ``received_at`` and whose randomness is the hash of the whole input tuple;
+``meta.created_at`` is ``received_at``. Evidence is treated as a set (its order does not matter).
+
+Steps (Planner LLD §2):
+1. resolve entities: given, else a confident preference from evidence, else the spec's default;
+   missing required ones become ``needs[]``;
+2. expand the intent's step templates (``foreach`` fans a template out into parallel steps,
+   ``when`` drops a step whose entity is absent, ``@capability`` picks the Policy's provider);
+3. group writes and insert one gate (``system.approval.confirm``) before each write group;
+4. order the DAG topologically (stable), number the steps, resolve ``$ref`` and ``$step``
+   placeholders, label ``dry_run``, compute scopes and TTL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from pydantic import JsonValue
+
+from countersign.kernel import (
+    Evidence,
+    Intent,
+    Need,
+    Needs,
+    Plan,
+    PlanConstraints,
+    PlanMeta,
+    PlanningError,
+    PlanStep,
+    Policy,
+    StepMode,
+    StepRole,
+    UnknownIntentError,
+    canonical_bytes,
+    content_hash,
+    derived_ulid,
+    sha256_hex,
+)
+from countersign.registry import EntitySpec, IntentSpec, Operation, Registry, StepTemplate
+
+__all__ = ["PLANNER_VERSION", "make_plan", "policy_version"]
+
+PLANNER_VERSION: Final = "1"
+GATE_USES: Final = "system.approval"
+GATE_CALL: Final = "confirm"
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def policy_version(policy: Policy) -> str:
+    """vC: the content hash of a Policy."""
+    return content_hash(policy.to_json())
+
+
+@dataclass
+class _Proto:
+    """A step before numbering."""
+
+    key: str  # template id, plus "#i" for foreach copies; "gate:<group>" for gates
+    template: str
+    uses: str
+    call: str
+    op: Operation
+    role: StepRole
+    mode: StepMode
+    args: dict[str, Any]
+    deps: set[str] = field(default_factory=set)
+    order: float = 0.0
+    gate_id: str | None = None
+    group: str | None = None
+
+
+def make_plan(
+    intent: Intent, evidence: Sequence[Evidence], registry: Registry, policy: Policy
+) -> Plan | Needs:
+    """Plan an intent.
+
+    Returns:
+        A Plan, or Needs when required entities are missing.
+
+    Raises:
+        UnknownIntentError: the registry cannot plan this intent (lists the ones it can).
+        PlanningError: entities of the wrong type or unknown to the intent, or a registry
+            template that does not bind (names the template and the problem).
+    """
+    spec = registry.intents.get(intent.intent)
+    if spec is None:
+        raise UnknownIntentError(intent.intent, registry.intent_names())
+    entities, needs = _resolve_entities(spec, intent, evidence, policy)
+    if needs:
+        return Needs(intent=intent.intent, needs=needs)
+
+    ev_sorted = sorted((e.to_json() for e in evidence), key=canonical_bytes)
+    evidence_hash = content_hash(ev_sorted)
+    pv = policy_version(policy)
+    inputs = {
+        "intent": intent.to_json(),
+        "evidence": ev_sorted,
+        "registry": registry.version,
+        "policy": pv,
+        "planner": PLANNER_VERSION,
+    }
+    plan_id = derived_ulid(intent.received_at, sha256_hex(canonical_bytes(inputs)).encode())
+
+    protos = _expand(spec, intent, entities, registry, policy)
+    protos = _insert_gates(protos, policy, registry)
+    ordered = _toposort(protos)
+    number = {p.key: i + 1 for i, p in enumerate(ordered)}
+    by_template: dict[str, list[str]] = {}
+    for p in ordered:
+        by_template.setdefault(p.template, []).append(p.key)
+    gate_of_group = {p.group: p.gate_id for p in ordered if p.gate_id}
+
+    graph: list[PlanStep] = []
+    ancestors: dict[str, set[str]] = {}
+    for p in ordered:
+        ancestors[p.key] = set().union(*({d, *ancestors[d]} for d in p.deps)) if p.deps else set()
+        ctx = _RefContext(
+            step=number[p.key],
+            plan_id=plan_id,
+            number=number,
+            by_template=by_template,
+            gate=gate_of_group.get(p.group) if p.gate_id is None else None,
+            ancestors=ancestors[p.key],
+            where=f"intent {spec.name}, template {p.template!r}",
+        )
+        args = {k: _resolve_refs(v, ctx) for k, v in p.args.items()}
+        if p.gate_id is not None:
+            covered = [q for q in ordered if q.group == p.group and q.gate_id is None]
+            args = {"summary": _gate_summary(covered, number)}
+        graph.append(
+            PlanStep(
+                step=number[p.key],
+                mode=p.mode,
+                role=p.role,
+                uses=p.uses,
+                call=p.call,
+                args=args,
+                after=sorted(number[d] for d in p.deps),
+                gate_id=p.gate_id,
+                dry_run=p.op.safety == "read" and not p.op.gate,
+            )
+        )
+
+    writes = [p for p in ordered if p.op.safety == "write"]
+    scopes = sorted({s for p in writes for s in p.op.scopes})
+    watch_s = max(
+        (int(p.args.get("max_lifetime_s", 0) or 0) for p in ordered if p.role == "Watcher"),
+        default=0,
+    )
+    return Plan(
+        plan_id=plan_id,
+        intent=intent,
+        graph=graph,
+        constraints=PlanConstraints(scopes=scopes, ttl_s=policy.plan_ttl_s + watch_s),
+        plugins=sorted({p.uses for p in ordered}),
+        meta=PlanMeta(
+            created_at=intent.received_at,
+            planner_version=PLANNER_VERSION,
+            registry_version=registry.version,
+            policy_version=pv,
+            evidence_hash=evidence_hash,
+        ),
+    )
+
+
+# ---- entities ---------------------------------------------------------------------------------
+def _resolve_entities(
+    spec: IntentSpec, intent: Intent, evidence: Sequence[Evidence], policy: Policy
+) -> tuple[dict[str, JsonValue], list[Need]]:
+    declared = {e.name: e for e in (*spec.required, *spec.optional)}
+    unknown = sorted(set(intent.entities) - set(declared))
+    if unknown:
+        raise PlanningError(
+            f"intent {spec.name!r} does not take entit{'y' if len(unknown) == 1 else 'ies'} "
+            f"{', '.join(unknown)} (it takes: {', '.join(sorted(declared))})"
+        )
+    prefs = _preferences(evidence, policy)
+    out: dict[str, JsonValue] = {}
+    needs: list[Need] = []
+    for e in spec.required:
+        value = intent.entities.get(e.name, prefs.get(e.name))
+        if value is None:
+            needs.append(Need(entity=e.name, question=e.question))
+            continue
+        out[e.name] = _check_type(spec.name, e, value)
+    for e in spec.optional:
+        value = intent.entities.get(e.name, prefs.get(e.name))
+        if value is None and e.default is not None:
+            value = _policy_value(e.default, policy, where=f"{spec.name}.{e.name}.default")
+        if value is not None:
+            out[e.name] = _check_type(spec.name, e, value)
+    return out, needs
+
+
+def _preferences(evidence: Sequence[Evidence], policy: Policy) -> dict[str, JsonValue]:
+    """The most confident preference per key at or above the Policy's threshold."""
+    best: dict[str, Evidence] = {}
+    for ev in evidence:
+        if ev.type != "preference" or ev.confidence < policy.min_evidence_confidence:
+            continue
+        cur = best.get(ev.key)
+        if cur is None or (ev.confidence, ev.source_ref) > (cur.confidence, cur.source_ref):
+            best[ev.key] = ev
+    return {k: v.value for k, v in best.items()}
+
+
+def _check_type(intent: str, e: EntitySpec, value: JsonValue) -> JsonValue:
+    ok: bool
+    match e.type:
+        case "string":
+            ok = isinstance(value, str) and value.strip() != ""
+        case "integer":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        case "number":
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        case "boolean":
+            ok = isinstance(value, bool)
+        case "email":
+            ok = isinstance(value, str) and bool(_EMAIL.match(value))
+        case "datetime":
+            ok = isinstance(value, str) and _is_aware_iso(value)
+        case "list":
+            ok = isinstance(value, list) and len(value) > 0
+    if not ok:
+        raise PlanningError(
+            f"intent {intent!r}: entity {e.name!r} must be {_TYPE_WORDS[e.type]}, got {value!r:.80}"
+        )
+    return value
+
+
+_TYPE_WORDS = {
+    "string": "a non-empty string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "email": "an e-mail address",
+    "datetime": "an ISO 8601 date-time with a time zone",
+    "list": "a non-empty list",
+}
+
+
+def _is_aware_iso(text: str) -> bool:
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _policy_value(expr: JsonValue, policy: Policy, *, where: str) -> JsonValue:
+    if not (isinstance(expr, str) and expr.startswith("$policy.")):
+        return expr
+    cur: Any = policy.to_json()
+    for part in expr.removeprefix("$policy.").split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            raise PlanningError(f"{where}: {expr!r} names nothing in the Policy")
+        cur = cur[part]
+    return cur  # type: ignore[no-any-return]
+
+
+# ---- templates --------------------------------------------------------------------------------
+def _expand(
+    spec: IntentSpec,
+    intent: Intent,
+    entities: Mapping[str, JsonValue],
+    registry: Registry,
+    policy: Policy,
+) -> list[_Proto]:
+    keys_of: dict[str, list[str]] = {}
+    protos: list[_Proto] = []
+    for t in spec.steps:
+        if t.when is not None and t.when not in entities:
+            # Dropped: whoever depended on it depends on what it depended on.
+            keys_of[t.id] = sorted({k for d in t.after for k in keys_of[d]})
+            continue
+        uses = _provider(t, policy, spec.name)
+        op = registry.op(uses, t.call)
+        items: list[JsonValue | None]
+        if t.foreach is not None:
+            seq = entities[t.foreach]
+            items = list(seq) if isinstance(seq, list) else [seq]
+        else:
+            items = [None]
+        deps = {k for d in t.after for k in keys_of[d]}
+        keys: list[str] = []
+        for i, item in enumerate(items):
+            key = f"{t.id}#{i}" if t.foreach is not None else t.id
+            args = {
+                k: _substitute(v, intent, entities, item, policy, f"{spec.name}.{t.id}.args.{k}")
+                for k, v in t.args.items()
+            }
+            args = {k: v for k, v in args.items() if v is not None}
+            _check_args(spec.name, t, uses, op, args)
+            protos.append(
+                _Proto(
+                    key=key,
+                    template=t.id,
+                    uses=uses,
+                    call=t.call,
+                    op=op,
+                    role=t.role or op.role,
+                    mode=t.mode or op.mode,
+                    args=args,
+                    deps=set(deps),
+                    order=len(protos),
+                    group=t.group,
+                )
+            )
+            keys.append(key)
+        keys_of[t.id] = keys
+    return protos
+
+
+def _provider(t: StepTemplate, policy: Policy, intent: str) -> str:
+    if not t.uses.startswith("@"):
+        return t.uses
+    cap = t.uses[1:]
+    uses = policy.providers.get(cap)
+    if uses is None:
+        raise PlanningError(
+            f"intent {intent!r}, template {t.id!r}: the Policy names no provider for "
+            f"capability {cap!r} (policy.providers has: {', '.join(sorted(policy.providers))})"
+        )
+    return uses
+
+
+def _substitute(  # noqa: PLR0917 - a recursive helper over one context
+    v: JsonValue,
+    intent: Intent,
+    entities: Mapping[str, JsonValue],
+    item: JsonValue | None,
+    policy: Policy,
+    where: str,
+) -> Any:
+    """Fill registry-authored placeholders. Substituted values are never re-scanned."""
+    if isinstance(v, str):
+        if v == "$item":
+            return item
+        if v.startswith("$entities."):
+            return entities.get(v.removeprefix("$entities."))
+        if v == "$intent.user_id":
+            return intent.user_id
+        if v == "$intent.tz":
+            return intent.tz
+        if v.startswith("$policy."):
+            return _policy_value(v, policy, where=where)
+        return v
+    if isinstance(v, dict):
+        if "$ref" in v:
+            return dict(v)
+        return {k: _substitute(x, intent, entities, item, policy, where) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_substitute(x, intent, entities, item, policy, where) for x in v]
+    return v
+
+
+def _check_args(
+    intent: str, t: StepTemplate, uses: str, op: Operation, args: Mapping[str, Any]
+) -> None:
+    accepted = op.args.all()
+    extra = sorted(set(args) - accepted)
+    if extra:
+        raise PlanningError(
+            f"intent {intent!r}, template {t.id!r}: {uses}.{t.call} does not take arg(s) {extra}"
+        )
+    missing = sorted(set(op.args.required) - set(args))
+    if missing:
+        raise PlanningError(
+            f"intent {intent!r}, template {t.id!r}: {uses}.{t.call} needs arg(s) {missing}"
+        )
+
+
+# ---- gates ------------------------------------------------------------------------------------
+def _insert_gates(protos: list[_Proto], policy: Policy, registry: Registry) -> list[_Proto]:
+    by_key = {p.key: p for p in protos}
+    group_of: dict[str, str] = {}
+    for p in protos:
+        if p.op.safety != "write":
+            continue
+        if policy.gating == "per_write":
+            group_of[p.key] = p.key
+        elif p.group is not None:
+            group_of[p.key] = "label:" + p.group
+        else:
+            dep_groups = {group_of.get(d) for d in p.deps}
+            only_writes = p.deps and all(by_key[d].op.safety == "write" for d in p.deps)
+            if only_writes and len(dep_groups) == 1 and None not in dep_groups:
+                group_of[p.key] = next(iter(g for g in dep_groups if g is not None))
+            else:
+                group_of[p.key] = p.key
+    groups: dict[str, list[_Proto]] = {}
+    for p in protos:
+        if p.key in group_of:
+            p.group = group_of[p.key]
+            groups.setdefault(group_of[p.key], []).append(p)
+    gate_op = registry.op(GATE_USES, GATE_CALL)
+    out = list(protos)
+    for n, (gname, members) in enumerate(groups.items()):
+        if n >= 26 * 27:
+            raise PlanningError("too many write groups in one plan")
+        gate_id = "gate-" + _letters(n)
+        member_keys = {m.key for m in members}
+        outside = {d for m in members for d in m.deps if d not in member_keys}
+        gate = _Proto(
+            key=f"gate:{gname}",
+            template=gate_id,
+            uses=GATE_USES,
+            call=GATE_CALL,
+            op=gate_op,
+            role=gate_op.role,
+            mode=members[0].mode,
+            args={},
+            deps=outside,
+            order=min(m.order for m in members) - 0.5,
+            gate_id=gate_id,
+            group=gname,
+        )
+        for m in members:
+            inside = {d for d in m.deps if d in member_keys}
+            m.deps = inside or {gate.key}
+        out.append(gate)
+    return out
+
+
+def _letters(n: int) -> str:
+    s = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        s = chr(65 + r) + s
+    return s
+
+
+def _toposort(protos: list[_Proto]) -> list[_Proto]:
+    """Kahn's algorithm, ties broken by template order: deterministic and dependency-safe."""
+    pending = {p.key: p for p in protos}
+    done: set[str] = set()
+    out: list[_Proto] = []
+    while pending:
+        ready = [p for p in pending.values() if p.deps <= done]
+        if not ready:
+            raise PlanningError(f"dependency cycle among {sorted(pending)}")
+        nxt = min(ready, key=lambda p: (p.order, p.key))
+        out.append(nxt)
+        done.add(nxt.key)
+        del pending[nxt.key]
+    return out
+
+
+def _gate_summary(covered: list[_Proto], number: Mapping[str, int]) -> str:
+    parts = [f"step {number[c.key]}: {c.uses}.{c.call}" for c in covered]
+    return "approve " + "; ".join(parts)
+
+
+# ---- references -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _RefContext:
+    step: int
+    plan_id: str
+    number: Mapping[str, int]
+    by_template: Mapping[str, list[str]]
+    gate: str | None
+    ancestors: set[str]
+    where: str
+
+
+def _resolve_refs(v: Any, ctx: _RefContext) -> Any:
+    if isinstance(v, str) and v == "$step.uid":
+        return f"{ctx.plan_id.lower()}-{ctx.step}"
+    if isinstance(v, dict):
+        if set(v) == {"$ref"} and isinstance(v["$ref"], str):
+            return _ref(v["$ref"], ctx)
+        return {k: _resolve_refs(x, ctx) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_resolve_refs(x, ctx) for x in v]
+    return v
+
+
+def _ref(ref: str, ctx: _RefContext) -> Any:
+    head, _, rest = ref.partition(".")
+    if head == "steps":
+        tid, _, path = rest.partition(".")
+        keys = ctx.by_template.get(tid)
+        if keys is None:
+            raise PlanningError(f"{ctx.where}: $ref {ref!r} names no step template")
+        if not set(keys) <= ctx.ancestors:
+            raise PlanningError(f"{ctx.where}: $ref {ref!r} is not an earlier dependency")
+        suffix = ".output" + (f".{path}" if path else "")
+        refs = [{"$ref": f"steps.{ctx.number[k]}{suffix}"} for k in keys]
+        return refs if len(keys) > 1 or "#" in keys[0] else refs[0]
+    if head == "gate":
+        if ctx.gate is None:
+            raise PlanningError(f"{ctx.where}: $ref {ref!r} on a step that no gate guards")
+        return {"$ref": f"gates.{ctx.gate}.{rest}"}
+    raise PlanningError(f"{ctx.where}: unknown $ref {ref!r} (use steps.<id> or gate.<field>)")

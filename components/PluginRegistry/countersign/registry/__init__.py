@@ -1,0 +1,33 @@
+"""PluginRegistry: connectors bound to n8n nodes, and the intents the planner knows (vR)."""
+
+from .loader import Registry, load_registry, registry_from_documents
+from .models import (
+    ArgSpec,
+    Compensation,
+    Connector,
+    EntitySpec,
+    Idempotency,
+    IntentSpec,
+    NodeBinding,
+    Operation,
+    ParamSpec,
+    StepTemplate,
+    template_fields,
+)
+
+__all__ = [
+    "ArgSpec",
+    "Compensation",
+    "Connector",
+    "EntitySpec",
+    "Idempotency",
+    "IntentSpec",
+    "NodeBinding",
+    "Operation",
+    "ParamSpec",
+    "Registry",
+    "StepTemplate",
+    "load_registry",
+    "registry_from_documents",
+    "template_fields",
+]

@@ -1,0 +1,188 @@
+"""Load ``registry/`` into an immutable, content-versioned snapshot (vR).
+
+Layout::
+
+    registry/connectors/<connector id>.yaml   one Connector each (YAML or JSON)
+    registry/intents/<intent name>.yaml       one IntentSpec each
+
+A broken file raises RegistryFileError naming the file and the field. The version is the sha256
+of the canonical JSON of every parsed file, so formatting and comments do not change it and any
+change of content does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import ValidationError
+
+from countersign.kernel import BindingError, RegistryFileError, content_hash
+
+from .models import Connector, IntentSpec, Operation
+
+__all__ = ["Registry", "load_registry", "registry_from_documents"]
+
+_SUFFIXES = {".yaml", ".yml", ".json"}
+T = TypeVar("T", Connector, IntentSpec)
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A validated registry snapshot."""
+
+    connectors: Mapping[str, Connector]
+    intents: Mapping[str, IntentSpec]
+    version: str
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def op(self, uses: str, call: str, *, step: int | None = None) -> Operation:
+        """The op ``uses.call``.
+
+        Raises:
+            BindingError: no such connector or op (names the step when given).
+        """
+        where = f"step {step}: " if step is not None else ""
+        conn = self.connectors.get(uses)
+        if conn is None:
+            known = ", ".join(sorted(self.connectors))
+            raise BindingError(f"{where}no connector {uses!r} in registry (known: {known})")
+        op = conn.ops.get(call)
+        if op is None:
+            known = ", ".join(sorted(conn.ops))
+            raise BindingError(f"{where}connector {uses!r} has no op {call!r} (known: {known})")
+        return op
+
+    def intent_names(self) -> list[str]:
+        """Every intent the registry can plan, sorted."""
+        return sorted(self.intents)
+
+    def to_json(self) -> dict[str, Any]:
+        """The content the version hashes."""
+        return {
+            "connectors": [self.connectors[k].to_json() for k in sorted(self.connectors)],
+            "intents": [self.intents[k].to_json() for k in sorted(self.intents)],
+        }
+
+
+def _read(path: Path) -> Any:
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise RegistryFileError(
+            f"not JSON: {e.msg}", file=str(path), field=f"line {e.lineno}"
+        ) from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f"line {mark.line + 1}" if mark is not None else None
+        raise RegistryFileError(f"not YAML: {e}", file=str(path), field=line) from e
+
+
+def _validate(model: type[T], data: Any, source: str) -> T:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or None
+        msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+        if first["type"] == "missing":
+            msg = "missing field"
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise RegistryFileError(msg + more, file=source, field=loc) from e
+
+
+def registry_from_documents(connectors: Mapping[str, Any], intents: Mapping[str, Any]) -> Registry:
+    """Build a registry from decoded documents keyed by their source name (file path)."""
+    conns: dict[str, Connector] = {}
+    sources: dict[str, str] = {}
+    for source, data in connectors.items():
+        c = _validate(Connector, data, source)
+        if c.id in conns:
+            raise RegistryFileError(
+                f"connector id {c.id!r} also defined in {sources[c.id]}", file=source, field="id"
+            )
+        conns[c.id] = c
+        sources[c.id] = source
+    ints: dict[str, IntentSpec] = {}
+    for source, data in intents.items():
+        i = _validate(IntentSpec, data, source)
+        if i.name in ints:
+            raise RegistryFileError(
+                f"intent {i.name!r} also defined in {sources['intent:' + i.name]}",
+                file=source,
+                field="name",
+            )
+        ints[i.name] = i
+        sources["intent:" + i.name] = source
+    _cross_check(conns, ints, sources)
+    reg = Registry(connectors=conns, intents=ints, version="0" * 64, sources=sources)
+    return Registry(
+        connectors=conns, intents=ints, version=content_hash(reg.to_json()), sources=sources
+    )
+
+
+def load_registry(folder: Path) -> Registry:
+    """Read and validate every file of a registry folder.
+
+    Raises:
+        RegistryFileError: a file is unreadable or breaks its schema or a cross-file rule.
+    """
+    if not folder.is_dir():
+        raise RegistryFileError("registry folder does not exist", file=str(folder))
+
+    def docs(sub: str) -> dict[str, Any]:
+        d = folder / sub
+        files = sorted(p for p in d.iterdir() if p.suffix in _SUFFIXES) if d.is_dir() else []
+        return {str(p): _read(p) for p in files}
+
+    return registry_from_documents(docs("connectors"), docs("intents"))
+
+
+def _cross_check(
+    conns: Mapping[str, Connector], ints: Mapping[str, IntentSpec], sources: Mapping[str, str]
+) -> None:
+    for cid, c in conns.items():
+        src = sources[cid]
+        if Path(src).stem not in {cid, "_" + cid} and not src.startswith("<"):
+            raise RegistryFileError(
+                f"file name must be the connector id ({cid}.yaml)", file=src, field="id"
+            )
+        for name, op in c.ops.items():
+            comp = op.compensation
+            if comp is None:
+                continue
+            target = c.ops.get(comp.call)
+            if target is None or target.safety != "write":
+                raise RegistryFileError(
+                    f"compensation names {comp.call!r}, which is not a write op of {cid}",
+                    file=src,
+                    field=f"ops.{name}.compensation.call",
+                )
+            missing = set(target.args.required) - set(comp.args)
+            if missing:
+                raise RegistryFileError(
+                    f"compensation lacks required arg(s) {sorted(missing)} of {comp.call}",
+                    file=src,
+                    field=f"ops.{name}.compensation.args",
+                )
+    for iname, spec in ints.items():
+        src = sources["intent:" + iname]
+        for i, t in enumerate(spec.steps):
+            if t.uses.startswith("@"):
+                continue  # a capability; the Policy picks the connector, checked when planning
+            conn = conns.get(t.uses)
+            if conn is None:
+                raise RegistryFileError(
+                    f"unknown connector {t.uses!r}", file=src, field=f"steps[{i}].uses"
+                )
+            if t.call not in conn.ops:
+                raise RegistryFileError(
+                    f"connector {t.uses!r} has no op {t.call!r}", file=src, field=f"steps[{i}].call"
+                )

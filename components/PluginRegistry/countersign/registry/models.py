@@ -1,0 +1,266 @@
+"""Registry contracts: connectors (ops bound to n8n nodes) and the intents the planner can plan.
+
+Every file under ``registry/`` is one of these, validated here. Cross-file rules (an intent step
+names an op that exists, a compensation names a write of the same connector, ...) live in
+``loader.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, JsonValue, field_validator, model_validator
+
+from countersign.kernel import Contract, StepMode, StepRole
+
+__all__ = [
+    "ArgSpec",
+    "Compensation",
+    "Connector",
+    "EntitySpec",
+    "Idempotency",
+    "IntentSpec",
+    "NodeBinding",
+    "Operation",
+    "ParamSpec",
+    "StepTemplate",
+    "template_fields",
+]
+
+_ID = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$"
+_FIELD = re.compile(r"\{(@?)([a-z][a-z0-9_.]*)\}")
+
+
+def template_fields(template: str) -> list[tuple[bool, str]]:
+    """The ``{arg}`` / ``{@setting}`` placeholders of a template, as ``(is_setting, name)``."""
+    return [(m.group(1) == "@", m.group(2)) for m in _FIELD.finditer(template)]
+
+
+class NodeBinding(Contract):
+    """The n8n node an op runs as."""
+
+    type: str = Field(pattern=r"^[A-Za-z0-9@/_.-]+$")
+    type_version: float = Field(ge=1)
+    credential: str | None = None
+
+
+class ParamSpec(Contract):
+    """Where one n8n node parameter gets its value from. Exactly one source is set.
+
+    - ``const``: a literal written by the registry author (trusted; may be an n8n expression).
+    - ``arg``: the plan step's argument of that name (person-supplied data, never evaluated).
+    - ``template``: text with ``{arg}`` and ``{@setting}`` placeholders, filled with data.
+    - ``setting``: a deployment setting (a base URL, a sender address), filled at run time.
+    - ``fn``: a built-in pure formatter (e.g. ``ics_event``) over the named args.
+    """
+
+    const: JsonValue = None
+    arg: str | None = None
+    template: str | None = None
+    setting: str | None = None
+    fn: Literal["ics_event", "json_body"] | None = None
+    fn_args: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ParamSpec:
+        given = [
+            n
+            for n, v in (
+                ("const", self.const),
+                ("arg", self.arg),
+                ("template", self.template),
+                ("setting", self.setting),
+                ("fn", self.fn),
+            )
+            if v is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                f"exactly one of const/arg/template/setting/fn must be set (got {given or 'none'})"
+            )
+        if self.fn_args and self.fn is None:
+            raise ValueError("fn_args given without fn")
+        return self
+
+    def arg_names(self) -> set[str]:
+        """Plan args this parameter reads."""
+        if self.arg is not None:
+            return {self.arg}
+        if self.template is not None:
+            return {n for s, n in template_fields(self.template) if not s}
+        if self.fn is not None:
+            return set(self.fn_args.values())
+        return set()
+
+
+class ArgSpec(Contract):
+    """Which plan args an op takes."""
+
+    required: list[str] = Field(default_factory=list)
+    optional: list[str] = Field(default_factory=list)
+
+    def all(self) -> set[str]:
+        """Every accepted arg name."""
+        return {*self.required, *self.optional}
+
+
+class Idempotency(Contract):
+    """How the idempotency key (``plan_id:step:arg_hash``) reaches the provider.
+
+    - ``ledger``: the provider has no key; only Countersign's ledger prevents a second call.
+    - ``header``: sent as the HTTP header ``field``.
+    - ``natural_key``: a provider-side unique id derived from the key goes into param ``field``
+      (e.g. a CalDAV event UID with ``If-None-Match: *``), so a replay is refused by the provider.
+    """
+
+    via: Literal["ledger", "header", "natural_key"]
+    field: str | None = None
+
+    @model_validator(mode="after")
+    def _field(self) -> Idempotency:
+        if self.via != "ledger" and not self.field:
+            raise ValueError(f"idempotency via {self.via!r} needs 'field'")
+        return self
+
+
+class Compensation(Contract):
+    """The op that undoes a write, and where its args come from.
+
+    ``args`` maps the compensating op's arg to ``args.<name>`` (the original step's args) or
+    ``result.id`` / ``result.link`` (the original write's Execute wrapper).
+    """
+
+    call: str = Field(pattern=_ID)
+    args: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("args")
+    @classmethod
+    def _sources(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, src in v.items():
+            if not (src.startswith("args.") or src in {"result.id", "result.link"}):
+                raise ValueError(f"{k}: source must be 'args.<name>', 'result.id' or 'result.link'")
+        return v
+
+
+class Operation(Contract):
+    """One logical operation of a connector, bound to an n8n node."""
+
+    description: str = ""
+    node: NodeBinding
+    resource: str | None = None
+    operation: str | None = None
+    safety: Literal["read", "write"]
+    previewable: bool
+    gate: bool = False
+    role: StepRole
+    mode: StepMode = "interactive"
+    scopes: list[str] = Field(default_factory=list)
+    args: ArgSpec = Field(default_factory=ArgSpec)
+    params: dict[str, ParamSpec] = Field(default_factory=dict)
+    idempotency: Idempotency | None = None
+    compensation: Compensation | None = None
+    lock: str | None = None
+
+    @model_validator(mode="after")
+    def _safety_rules(self) -> Operation:
+        if self.safety == "write":
+            if self.previewable:
+                raise ValueError("a write op cannot be previewable")
+            if self.idempotency is None:
+                raise ValueError("a write op must declare 'idempotency'")
+            if not self.scopes:
+                raise ValueError("a write op must declare the 'scopes' it needs")
+        elif self.compensation is not None:
+            raise ValueError("only write ops have a compensation")
+        if self.gate and self.safety != "read":
+            raise ValueError("a gate op is not itself a write")
+        accepted = self.args.all()
+        for path, spec in self.params.items():
+            missing = spec.arg_names() - accepted
+            if missing:
+                raise ValueError(f"params.{path} reads undeclared arg(s) {sorted(missing)}")
+        if self.lock is not None:
+            missing = {n for s, n in template_fields(self.lock) if not s} - accepted
+            if missing:
+                raise ValueError(f"lock reads undeclared arg(s) {sorted(missing)}")
+        return self
+
+
+class Connector(Contract):
+    """A registry file under ``registry/connectors/``: one provider, its ops."""
+
+    id: str = Field(pattern=_ID)
+    title: str
+    description: str = ""
+    sandbox: bool = False
+    ops: dict[str, Operation] = Field(min_length=1)
+
+    @field_validator("ops")
+    @classmethod
+    def _op_names(cls, v: dict[str, Operation]) -> dict[str, Operation]:
+        for name in v:
+            if not re.match(_ID, name):
+                raise ValueError(f"op name {name!r} must match {_ID}")
+        return v
+
+
+class EntitySpec(Contract):
+    """One entity an intent takes."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    type: Literal["string", "integer", "number", "boolean", "datetime", "email", "list"]
+    question: str
+    default: JsonValue = None
+
+
+class StepTemplate(Contract):
+    """One step of an intent's plan, before expansion.
+
+    ``args`` values may be ``"$entities.<name>"``, ``"$item"`` (the ``foreach`` element),
+    ``"$intent.user_id"``, ``"$intent.tz"``, ``"$policy.watcher.<field>"``, references
+    ``{"$ref": "steps.<template id>"}`` / ``{"$ref": "gate.choice"}``, or literals.
+    ``uses`` may be ``"@<capability>"``: the provider the Policy names for that capability.
+    """
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    uses: str
+    call: str = Field(pattern=_ID)
+    role: StepRole | None = None
+    mode: StepMode | None = None
+    foreach: str | None = None
+    args: dict[str, JsonValue] = Field(default_factory=dict)
+    after: list[str] = Field(default_factory=list)
+    group: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
+    when: str | None = None
+
+
+class IntentSpec(Contract):
+    """A registry file under ``registry/intents/``: an intent the planner can plan."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    title: str
+    description: str = ""
+    required: list[EntitySpec] = Field(default_factory=list)
+    optional: list[EntitySpec] = Field(default_factory=list)
+    steps: list[StepTemplate] = Field(min_length=1)
+    examples: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _internal(self) -> IntentSpec:
+        names = [e.name for e in (*self.required, *self.optional)]
+        if len(names) != len(set(names)):
+            raise ValueError("entity names must be unique")
+        seen: set[str] = set()
+        for i, t in enumerate(self.steps):
+            if t.id in seen:
+                raise ValueError(f"steps[{i}].id {t.id!r} is used twice")
+            for dep in t.after:
+                if dep not in seen:
+                    raise ValueError(f"steps[{i}].after names {dep!r}, not an earlier step")
+            if t.foreach is not None and t.foreach not in names:
+                raise ValueError(f"steps[{i}].foreach names unknown entity {t.foreach!r}")
+            if t.when is not None and t.when not in names:
+                raise ValueError(f"steps[{i}].when names unknown entity {t.when!r}")
+            seen.add(t.id)
+        return self

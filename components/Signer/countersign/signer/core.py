@@ -1,0 +1,174 @@
+"""Sign and verify plans: RFC 8785 canonical bytes -> sha256 plan hash -> Ed25519 (PyNaCl).
+
+Invariants (Signer SPEC §2):
+- The same plan gives the same canonical bytes, hash and signature (Ed25519 is deterministic,
+  and the envelope's ``ts`` and ``nonce`` are derived from the plan, not from a clock).
+- Verification canonicalizes the plan *as it was read* (not a re-parsed model), so a reformatted
+  but identical plan verifies and any change of content — a value, an order, an added or removed
+  key — fails.
+- Verification raises a typed error; it never returns a bool.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from nacl.exceptions import BadSignatureError as NaclBadSignature
+from nacl.signing import SigningKey, VerifyKey
+
+from countersign.kernel import (
+    BadSignatureError,
+    ContractError,
+    HashMismatchError,
+    MalformedEnvelopeError,
+    Plan,
+    SignatureEnvelope,
+    canonical_bytes,
+    derived_ulid,
+    format_utc,
+    parse_contract,
+    sha256_hex,
+)
+
+__all__ = [
+    "DOMAIN",
+    "KeyLookup",
+    "VerifiedPlan",
+    "plan_hash",
+    "sign_plan",
+    "signing_message",
+    "verify_signed_plan",
+]
+
+#: Domain separation: a signature over a Countersign plan can never be replayed as a signature
+#: over some other kind of document signed with the same key.
+DOMAIN = b"countersign/plan/v1\x00"
+
+
+class KeyLookup(Protocol):
+    """Finds the verify key for a ``pubkey_id``; raises UnknownKeyError / KeyRevokedError."""
+
+    def verify_key(self, pubkey_id: str) -> VerifyKey: ...
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedPlan:
+    """A plan whose signature held. Only ``verify_signed_plan`` makes these."""
+
+    plan: Plan
+    plan_hash: str
+    envelope: SignatureEnvelope
+    canonical: bytes
+
+    def document(self) -> dict[str, Any]:
+        """The signed-plan document (``{"plan", "signature", "plan_hash"}``)."""
+        return {
+            "plan": self.plan.to_json(),
+            "signature": self.envelope.to_json(),
+            "plan_hash": self.plan_hash,
+        }
+
+
+def plan_hash(plan: Plan | Mapping[str, Any]) -> str:
+    """sha256 hex of the plan's canonical bytes."""
+    data = plan.to_json() if isinstance(plan, Plan) else plan
+    return sha256_hex(canonical_bytes(data))
+
+
+def signing_message(envelope_fields: Mapping[str, Any], digest: str) -> bytes:
+    """The exact bytes that get signed: domain tag + canonical {envelope fields, plan_hash}."""
+    body = {k: v for k, v in envelope_fields.items() if k != "signature"}
+    body["plan_hash"] = digest
+    return DOMAIN + canonical_bytes(body)
+
+
+def sign_plan(
+    plan: Plan, *, key: SigningKey, pubkey_id: str, signer: str
+) -> tuple[SignatureEnvelope, str, bytes]:
+    """Sign a plan.
+
+    Args:
+        plan: the plan to sign.
+        key: the Ed25519 signing key.
+        pubkey_id: the key's name in the key ring.
+        signer: who signs (``planner@system``).
+
+    Returns:
+        ``(envelope, plan_hash, canonical_bytes)``.
+    """
+    data = canonical_bytes(plan.to_json())
+    digest = sha256_hex(data)
+    ts = plan.meta.created_at
+    fields: dict[str, Any] = {
+        "algo": "Ed25519",
+        "signer": signer,
+        "ts": format_utc(ts),
+        "nonce": derived_ulid(ts, digest.encode(), pubkey_id.encode()),
+        "pubkey_id": pubkey_id,
+    }
+    sig = key.sign(signing_message(fields, digest)).signature
+    fields["signature"] = base64.b64encode(sig).decode("ascii")
+    return SignatureEnvelope.model_validate(fields), digest, data
+
+
+def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
+    """Verify a signed-plan document as read from JSON.
+
+    Args:
+        document: decoded JSON: ``{"plan": {...}, "signature": {...}, "plan_hash": "..."}``
+            (``plan_hash`` optional; when present it must match).
+        keys: where to find the verify key named by ``signature.pubkey_id``.
+
+    Raises:
+        MalformedEnvelopeError: not a signed-plan document, or the envelope breaks its schema.
+        HashMismatchError: the stated ``plan_hash`` is not the hash of the plan.
+        UnknownKeyError / KeyRevokedError: from ``keys``.
+        BadSignatureError: the signature does not hold over this plan.
+    """
+    if not isinstance(document, Mapping):
+        raise MalformedEnvelopeError("signed plan must be a JSON object")
+    extra = set(document) - {"plan", "signature", "plan_hash"}
+    if extra:
+        raise MalformedEnvelopeError(f"unknown field(s) in signed plan: {sorted(extra)}")
+    raw_plan = document.get("plan")
+    raw_env = document.get("signature")
+    if not isinstance(raw_plan, Mapping):
+        raise MalformedEnvelopeError("signed plan has no 'plan' object")
+    if not isinstance(raw_env, Mapping):
+        raise MalformedEnvelopeError("signed plan has no 'signature' object")
+    try:
+        envelope = parse_contract(SignatureEnvelope, raw_env, what="signature")
+    except ContractError as e:
+        raise MalformedEnvelopeError(e.message) from e
+    try:
+        data = canonical_bytes(raw_plan)
+    except ContractError as e:
+        raise MalformedEnvelopeError(f"plan cannot be canonicalized: {e.message}") from e
+    digest = sha256_hex(data)
+    stated = document.get("plan_hash")
+    if stated is not None and stated != digest:
+        raise HashMismatchError(
+            f"plan_hash {str(stated)[:16]}… stated, {digest[:16]}… computed from the plan"
+        )
+    verify_key = keys.verify_key(envelope.pubkey_id)
+    try:
+        sig = base64.b64decode(envelope.signature, validate=True)
+        verify_key.verify(signing_message(envelope.to_json(), digest), sig)
+    except (NaclBadSignature, binascii.Error, ValueError) as e:
+        raise BadSignatureError(
+            f"signature by key {envelope.pubkey_id!r} does not hold over plan "
+            f"{raw_plan.get('plan_id')!r} (hash {digest[:16]}…)"
+        ) from e
+    try:
+        plan = parse_contract(Plan, raw_plan, what="plan")
+    except ContractError as e:
+        raise MalformedEnvelopeError(f"signed plan breaks the plan contract: {e.message}") from e
+    if canonical_bytes(plan.to_json()) != data:
+        raise MalformedEnvelopeError(
+            "signed plan is not in normal form (its parsed content differs from its bytes)"
+        )
+    return VerifiedPlan(plan=plan, plan_hash=digest, envelope=envelope, canonical=data)
