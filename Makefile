@@ -35,7 +35,7 @@ bench: install
 	$(BIN)/python bench/run.py
 
 goldens: install
-	$(BIN)/countersign dev regenerate-goldens
+	COUNTERSIGN_UPDATE_GOLDENS=1 $(BIN)/pytest -q tests/test_usecase_goldens.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,3 +1,3 @@
 """Repository-wide pytest plugins: session fixtures for the real servers (Postgres, n8n, ...)."""
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["countersign.planner.testing"]

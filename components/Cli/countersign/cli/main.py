@@ -241,7 +241,13 @@ def up_cmd(
 
     def body() -> None:
         settings = Settings()
-        example = settings.registry_dir.parent / "usecases" / "meeting" / "fixtures" / "intent.json"
+        example = (
+            settings.registry_dir.parent
+            / "usecases"
+            / "meeting"
+            / "fixtures"
+            / "default.intent.json"
+        )
         path = intent or example
         reg = load_registry(settings.registry_dir)
         typer.echo(f"registry ok: version {reg.version[:16]}…", err=True)

@@ -42,6 +42,7 @@ from .models import (
     format_utc,
     parse_contract,
 )
+from .schemas import schema_snapshot
 from .settings import Settings, source_registry_dir
 
 __all__ = [
@@ -86,6 +87,7 @@ __all__ = [
     "format_utc",
     "parse_contract",
     "parse_ulid",
+    "schema_snapshot",
     "sha256_hex",
     "source_registry_dir",
 ]

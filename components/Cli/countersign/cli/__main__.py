@@ -1,0 +1,5 @@
+"""``python -m countersign.cli``."""
+
+from .main import main
+
+main()

@@ -1,0 +1,68 @@
+"""The repository layout STYLE.md prescribes, kept in step with pyproject.toml."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPONENTS = sorted(p for p in (ROOT / "components").iterdir() if p.is_dir())
+
+
+def test_top_level_layout() -> None:
+    for name in (
+        "pyproject.toml",
+        "GLOBAL_SPEC.md",
+        "README.md",
+        "BENCHMARKS.md",
+        "components",
+        "usecases",
+        "registry",
+        "deploy",
+        "tests",
+        "bench",
+        ".ci/run",
+    ):
+        assert (ROOT / name).exists(), name
+
+
+def test_each_component_folder_is_complete() -> None:
+    for comp in COMPONENTS:
+        for name in ("SPEC.md", "LLD.md", "schemas", "tests"):
+            assert (comp / name).exists(), f"{comp.name}/{name}"
+        ns = comp / "countersign"
+        assert not (ns / "__init__.py").exists(), (
+            f"{comp.name}: countersign/ must be a namespace portion"
+        )
+        pkgs = [p for p in ns.iterdir() if p.is_dir() and not p.name.startswith("__")]
+        assert len(pkgs) == 1, f"{comp.name}: one package per component, found {pkgs}"
+        init = pkgs[0] / "__init__.py"
+        assert (pkgs[0] / "py.typed").exists(), f"{comp.name}: py.typed"
+        tree = ast.parse(init.read_text())
+        names = [
+            t.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        ]
+        assert "__all__" in names, f"{init}: explicit __all__"
+        assert list((comp / "tests").glob("test_*.py")), f"{comp.name}: has tests"
+
+
+def test_pyproject_lists_match_folders() -> None:
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    expected = [f"components/{c.name}" for c in COMPONENTS]
+    assert sorted(cfg["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]) == [
+        f"{e}/countersign" for e in expected
+    ]
+    assert sorted(cfg["tool"]["hatch"]["build"]["dev-mode-dirs"]) == expected
+    assert sorted(cfg["tool"]["mypy"]["mypy_path"]) == expected
+
+
+def test_test_file_basenames_are_unique() -> None:
+    names = Counter(p.name for p in ROOT.glob("**/test_*.py") if ".venv" not in p.parts)
+    dupes = [n for n, c in names.items() if c > 1]
+    assert not dupes, dupes
