@@ -3,18 +3,47 @@
 Invariant: two JSON values that are equal as data give the same bytes, whatever their key order
 or whitespace, and so the same ``sha256``. Integers outside the I-JSON range (|n| > 2^53 - 1) and
 non-finite floats are refused rather than silently rounded (PEERS.md: JCS number traps).
+
+Fast path (Kernel LLD §1): for values without floats and with ASCII object keys, RFC 8785's output
+is byte-for-byte what the C-accelerated ``json`` encoder gives with sorted keys, compact
+separators and ``ensure_ascii=False`` (same escapes, same integer form, and UTF-16 key order
+equals code-point order for ASCII). Everything else goes through the ``rfc8785`` package. A
+differential property test holds the two paths equal.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import rfc8785
 
 from .errors import ContractError
 
-__all__ = ["canonical_bytes", "content_hash", "sha256_hex"]
+__all__ = ["canonical_bytes", "canonical_bytes_reference", "content_hash", "sha256_hex"]
+
+_MAX_SAFE = 2**53 - 1
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False, check_circular=False
+)
+
+
+def _fast_ok(value: Any) -> bool:
+    """True when the fast path gives RFC 8785 bytes for ``value`` (no floats, ASCII keys)."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return True
+    if t is int:
+        return bool(-_MAX_SAFE <= value <= _MAX_SAFE)
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str or not k.isascii() or not _fast_ok(v):
+                return False
+        return True
+    if t is list:
+        return all(_fast_ok(v) for v in value)
+    return False
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -24,6 +53,16 @@ def canonical_bytes(value: Any) -> bytes:
         ContractError: the value holds something JSON cannot carry exactly (a huge integer,
             NaN/Infinity, a non-string key, a non-JSON type).
     """
+    if _fast_ok(value):
+        try:
+            return _ENCODER.encode(value).encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: let the reference path decide
+    return canonical_bytes_reference(value)
+
+
+def canonical_bytes_reference(value: Any) -> bytes:
+    """RFC 8785 bytes from the ``rfc8785`` package alone (the reference for the fast path)."""
     try:
         return rfc8785.dumps(value)
     except rfc8785.CanonicalizationError as e:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -26,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from .canonical import content_hash
 from .errors import ContractError
 from .ids import parse_ulid
 
@@ -112,31 +114,12 @@ def _walk_user_json(value: Any, path: str) -> None:
             _walk_user_json(v, f"{path}[{i}]")
 
 
-def _walk_safe_ints(value: Any, path: str) -> None:
-    if isinstance(value, bool):
-        return
-    if isinstance(value, int) and abs(value) > MAX_SAFE_INT:
-        raise ValueError(f"{path}: integer {value} is beyond 2^53-1; send it as a string")
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            _walk_safe_ints(v, f"{path}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _walk_safe_ints(v, f"{path}[{i}]")
-
-
 def _user_json(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
     _walk_user_json(value, "$")
     return value
 
 
-def _safe_json(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
-    _walk_safe_ints(value, "$")
-    return value
-
-
 UserJson = Annotated[dict[str, JsonValue], AfterValidator(_user_json)]
-SafeJson = Annotated[dict[str, JsonValue], AfterValidator(_safe_json)]
 
 
 class Contract(BaseModel):
@@ -226,7 +209,9 @@ class PlanStep(Contract):
     role: StepRole
     uses: str = Field(pattern=_NAME, max_length=64)
     call: str = Field(pattern=_NAME, max_length=64)
-    args: SafeJson = Field(default_factory=dict)
+    # No walk here: canonicalization refuses integers beyond 2^53 when the plan is signed or
+    # verified, so a plan that carries one can neither be signed nor accepted.
+    args: dict[str, JsonValue] = Field(default_factory=dict)
     after: list[int] = Field(default_factory=list)
     gate_id: str | None = Field(default=None, pattern=_GATE)
     dry_run: bool
@@ -359,7 +344,7 @@ class ApprovalToken(Contract):
 
 
 class Policy(Contract):
-    """Configuration that shapes plans (vC). Its content hash is ``policy_version``."""
+    """Configuration that shapes plans (vC). Its content hash is ``version``."""
 
     plan_ttl_s: int = Field(default=900, ge=60, le=30 * 86400)
     approval_ttl_s: int = Field(default=300, ge=10, le=86400)
@@ -376,6 +361,11 @@ class Policy(Contract):
             "max_lifetime_s": 30 * 86400,
         }
     )
+
+    @cached_property
+    def version(self) -> str:
+        """vC: sha256 of the canonical JSON of this Policy (computed once per instance)."""
+        return content_hash(self.to_json())
 
     @field_validator("watcher_defaults")
     @classmethod

@@ -55,7 +55,7 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 def policy_version(policy: Policy) -> str:
     """vC: the content hash of a Policy."""
-    return content_hash(policy.to_json())
+    return policy.version
 
 
 @dataclass
