@@ -32,7 +32,7 @@ unit:
 	$(BIN)/pytest -q
 
 bench: install
-	$(BIN)/python bench/run.py
+	for b in bench/bench_*.py; do echo "## $$b"; $(BIN)/python $$b; done
 
 goldens: install
 	COUNTERSIGN_UPDATE_GOLDENS=1 $(BIN)/pytest -q tests/test_usecase_goldens.py
