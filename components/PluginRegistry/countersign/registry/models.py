@@ -161,6 +161,11 @@ class Operation(Contract):
     idempotency: Idempotency | None = None
     compensation: Compensation | None = None
     lock: str | None = None
+    #: How the orchestrator turns the node's raw output into the step's normalized output:
+    #: ``json`` (the HTTP body parsed as JSON, or the node's item), ``text`` (the body as a
+    #: string), ``ics_busy`` (busy intervals from an iCalendar body), ``status`` (status code
+    #: only).
+    output: Literal["json", "text", "ics_busy", "status"] = "json"
 
     @model_validator(mode="after")
     def _safety_rules(self) -> Operation:

@@ -1,0 +1,227 @@
+"""Render a bound node's data parameters from concrete values, and normalize node outputs.
+
+Pure. ``render_data`` computes, in Python, the value of every data-bound n8n parameter (templates
+filled with URL-encoded path segments, iCalendar text, JSON bodies, the idempotency header). The
+WorkflowBuilder hands these values to n8n as JSON in the trigger body and references them with
+fixed expressions, so nothing a person typed is ever evaluated by n8n (ARCHITECTURE.md §3.8).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from countersign.kernel import BindingError
+
+from .core import BoundNode
+
+__all__ = ["ics_busy", "ics_event", "normalize_output", "render_data"]
+
+_FIELD = re.compile(r"\{(@?)([a-z][a-z0-9_.]*)\}")
+
+
+def render_data(
+    node: BoundNode,
+    args: Mapping[str, Any],
+    settings: Mapping[str, str],
+    *,
+    idempotency_key: str | None = None,
+) -> dict[str, Any]:
+    """Values for every data-bound parameter path of ``node``.
+
+    Args:
+        node: from ``resolve_step``.
+        args: the step's args with references already resolved to values.
+        settings: deployment settings (base URLs, sender address).
+        idempotency_key: the write's key; required when the op sends it as a header.
+
+    Raises:
+        BindingError: a value is missing or unusable (names the step and the parameter).
+    """
+    where = f"step {node.step} ({node.uses}.{node.call})"
+    out: dict[str, Any] = {}
+    for path, b in node.data.items():
+        if b.kind == "arg":
+            assert b.name is not None
+            out[path] = args[b.name]
+        elif b.kind == "setting":
+            assert b.name is not None
+            out[path] = _setting(settings, b.name, where)
+        elif b.kind == "template":
+            assert b.template is not None
+            out[path] = _fill(b.template, args, settings, url=path == "url", where=where)
+        elif b.kind == "fn":
+            values = {k: args.get(src) for k, src in b.fn_args.items()}
+            if b.fn == "ics_event":
+                out[path] = ics_event(**{k: str(v) for k, v in values.items()})
+            elif b.fn == "json_body":
+                body = values["value"] if set(values) == {"value"} else values
+                out[path] = json.dumps(body, ensure_ascii=False, sort_keys=True)
+            else:
+                raise BindingError(f"{where}: unknown formatter {b.fn!r}")
+    idem = node.idempotency
+    if idem is not None and idem.via == "header":
+        if not idempotency_key:
+            raise BindingError(f"{where}: a write that sends {idem.field} needs its key")
+        header_path = _header_value_path(node, idem.field or "")
+        out[header_path] = idempotency_key
+    return out
+
+
+def _header_value_path(node: BoundNode, name: str) -> str:
+    params = node.parameters.get("headerParameters", {})
+    entries = params.get("parameters", []) if isinstance(params, dict) else []
+    for i, p in enumerate(entries if isinstance(entries, list) else []):
+        if isinstance(p, dict) and p.get("name") == name:
+            return f"headerParameters.parameters[{i}].value"
+    raise BindingError(
+        f"step {node.step}: the registry declares no {name!r} header to carry the key"
+    )
+
+
+def _setting(settings: Mapping[str, str], name: str, where: str) -> str:
+    value = settings.get(name)
+    if value is None:
+        raise BindingError(f"{where}: deployment setting {name!r} is not configured")
+    return value
+
+
+def _fill(
+    template: str, args: Mapping[str, Any], settings: Mapping[str, str], *, url: bool, where: str
+) -> str:
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) == "@":
+            return _setting(settings, m.group(2), where)
+        value = args.get(m.group(2))
+        if value is None:
+            raise BindingError(f"{where}: template needs arg {m.group(2)!r}")
+        text = str(value)
+        if url:
+            if text in {".", ".."} or not text:
+                raise BindingError(f"{where}: {m.group(2)!r} may not be {text!r} in a URL")
+            return quote(text, safe="@")
+        return text
+
+    return _FIELD.sub(sub, template)
+
+
+# ---- iCalendar --------------------------------------------------------------------------------
+def _ics_text(value: str) -> str:
+    """RFC 5545 §3.3.11 TEXT escaping; also drops CR/LF so no property can be injected."""
+    return (
+        value.replace("\\", "\\\\")
+        .replace(";", "\\;")
+        .replace(",", "\\,")
+        .replace("\r\n", "\\n")
+        .replace("\n", "\\n")
+        .replace("\r", "\\n")
+    )
+
+
+def _ics_time(value: str) -> str:
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError as e:
+        raise BindingError(f"not an ISO 8601 date-time: {value!r}") from e
+    if dt.tzinfo is None:
+        raise BindingError(f"date-time needs a time zone: {value!r}")
+    return dt.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def ics_event(*, uid: str, summary: str, start: str, end: str) -> str:
+    """A one-event VCALENDAR (CRLF line ends). The UID is restricted to a safe alphabet."""
+    if not re.fullmatch(r"[A-Za-z0-9._@-]{1,200}", uid):
+        raise BindingError(f"event uid {uid!r} has characters outside [A-Za-z0-9._@-]")
+    lines = [
+        "BEGIN:VCALENDAR",
+        "VERSION:2.0",
+        "PRODID:-//Countersign//EN",
+        "BEGIN:VEVENT",
+        f"UID:{uid}",
+        f"DTSTAMP:{_ics_time(start)}",
+        f"DTSTART:{_ics_time(start)}",
+        f"DTEND:{_ics_time(end)}",
+        f"SUMMARY:{_ics_text(summary)}",
+        "END:VEVENT",
+        "END:VCALENDAR",
+    ]
+    return "\r\n".join(lines) + "\r\n"
+
+
+def _parse_ics_time(value: str) -> datetime | None:
+    for fmt in ("%Y%m%dT%H%M%SZ", "%Y%m%dT%H%M%S", "%Y%m%d"):
+        try:
+            return datetime.strptime(value, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    return None
+
+
+def ics_busy(
+    text: str, *, time_min: str | None = None, time_max: str | None = None
+) -> list[list[str]]:
+    """Busy intervals ``[[start, end], ...]`` (ISO, UTC) of the VEVENTs in an iCalendar text.
+
+    Times without a zone are read as UTC (events written by Countersign are always UTC). Events
+    outside ``[time_min, time_max)`` are dropped; the result is sorted.
+    """
+    unfolded = re.sub(r"\r?\n[ \t]", "", text)
+    lo = datetime.fromisoformat(time_min) if time_min else None
+    hi = datetime.fromisoformat(time_max) if time_max else None
+    busy: list[tuple[datetime, datetime]] = []
+    start: datetime | None = None
+    end: datetime | None = None
+    inside = False
+    for line in unfolded.splitlines():
+        name, _, value = line.partition(":")
+        key = name.split(";", 1)[0].upper()
+        if line.upper() == "BEGIN:VEVENT":
+            inside, start, end = True, None, None
+        elif line.upper() == "END:VEVENT":
+            if inside and start is not None:
+                stop = end or start
+                if (hi is None or start < hi) and (lo is None or stop > lo):
+                    busy.append((start, stop))
+            inside = False
+        elif inside and key == "DTSTART":
+            start = _parse_ics_time(value.strip())
+        elif inside and key == "DTEND":
+            end = _parse_ics_time(value.strip())
+    busy.sort()
+    return [[_iso(s), _iso(e)] for s, e in busy]
+
+
+def _iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def normalize_output(kind: str, item: Mapping[str, Any], args: Mapping[str, Any]) -> Any:
+    """The step's normalized output from the node's output item.
+
+    HTTP Request nodes run with ``fullResponse`` (``{statusCode, headers, body}``); other nodes
+    return their item as it is.
+    """
+    body = item.get("body", item) if "statusCode" in item else item
+    if kind == "status":
+        return {"status": item.get("statusCode")}
+    if kind == "text":
+        return {
+            "status": item.get("statusCode"),
+            "text": body if isinstance(body, str) else json.dumps(body),
+        }
+    if kind == "ics_busy":
+        text = body if isinstance(body, str) else ""
+        return {
+            "status": item.get("statusCode"),
+            "busy": ics_busy(text, time_min=args.get("time_min"), time_max=args.get("time_max")),
+        }
+    if isinstance(body, str):
+        try:
+            return json.loads(body)
+        except ValueError:
+            return {"text": body}
+    return dict(body) if isinstance(body, Mapping) else body

@@ -1,0 +1,113 @@
+"""Rendering data values and normalizing outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from countersign.binding import ics_busy, ics_event, normalize_output, render_data, resolve_step
+from countersign.kernel import BindingError, PlanStep
+from countersign.registry import Registry
+
+BASE = {"caldav_base_url": "http://127.0.0.1:5232"}
+
+
+def _create(**args: str) -> PlanStep:
+    a = {
+        "user": "alice@example.com",
+        "uid": "01abc-5",
+        "title": "Sync",
+        "start": "2026-11-23T13:00:00Z",
+        "end": "2026-11-23T13:30:00+00:00",
+        **args,
+    }
+    return PlanStep(
+        step=5,
+        mode="interactive",
+        role="Booker",
+        uses="caldav",
+        call="create_event",
+        args=a,
+        dry_run=False,
+    )
+
+
+def test_caldav_put_renders_url_and_ics(registry: Registry) -> None:
+    s = _create()
+    data = render_data(resolve_step(s, registry), s.args, BASE)
+    assert data["url"] == "http://127.0.0.1:5232/alice@example.com/calendar/01abc-5.ics"
+    assert "DTSTART:20261123T130000Z\r\nDTEND:20261123T133000Z" in data["body"]
+
+
+@given(st.text(max_size=40))
+def test_ics_summary_cannot_inject_properties(title: str) -> None:
+    text = ics_event(
+        uid="u1", summary=title, start="2026-11-23T13:00:00Z", end="2026-11-23T14:00:00Z"
+    )
+    lines = text.split("\r\n")
+    assert lines[-1] == "" and lines[-2] == "END:VCALENDAR"
+    assert sum(1 for line in lines if line.startswith("SUMMARY:")) == 1
+    assert len(lines) == 12
+
+
+def test_url_segments_are_encoded_and_dot_segments_refused(registry: Registry) -> None:
+    s = _create(user="a/b c")
+    assert render_data(resolve_step(s, registry), s.args, BASE)["url"].startswith(
+        "http://127.0.0.1:5232/a%2Fb%20c/"
+    )
+    s = _create(user="..")
+    with pytest.raises(BindingError, match="may not be"):
+        render_data(resolve_step(s, registry), s.args, BASE)
+
+
+def test_bad_uid_and_missing_setting(registry: Registry) -> None:
+    s = _create(uid="x\r\nATTENDEE:evil")
+    with pytest.raises(BindingError, match="uid"):
+        render_data(resolve_step(s, registry), s.args, BASE)
+    with pytest.raises(BindingError, match="caldav_base_url"):
+        render_data(resolve_step(_create(), registry), _create().args, {})
+
+
+def test_header_idempotency_key_is_rendered(registry: Registry) -> None:
+    s = PlanStep(
+        step=4,
+        mode="interactive",
+        role="Booker",
+        uses="shop.sandbox",
+        call="add_to_cart",
+        args={"item": {"sku": "A1"}, "quantity": 2},
+        dry_run=False,
+    )
+    node = resolve_step(s, registry)
+    with pytest.raises(BindingError, match="needs its key"):
+        render_data(node, s.args, {"shop_base_url": "http://x"})
+    data = render_data(node, s.args, {"shop_base_url": "http://x"}, idempotency_key="P:4:abc")
+    assert data["headerParameters.parameters[0].value"] == "P:4:abc"
+    assert json.loads(data["jsonBody"]) == {"item": {"sku": "A1"}, "quantity": 2}
+
+
+def test_ics_busy_parses_folded_lines_and_window() -> None:
+    cal = (
+        "BEGIN:VCALENDAR\r\nBEGIN:VEVENT\r\nUID:a\r\nDTSTART:20261123T140000Z\r\nDTEND:20261123T\r\n 150000Z\r\nEND:VEVENT\r\n"
+        "BEGIN:VEVENT\r\nUID:b\r\nDTSTART;TZID=UTC:20261125T090000\r\nDTEND:20261125T100000\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+    )
+    assert ics_busy(cal) == [
+        ["2026-11-23T14:00:00Z", "2026-11-23T15:00:00Z"],
+        ["2026-11-25T09:00:00Z", "2026-11-25T10:00:00Z"],
+    ]
+    assert ics_busy(cal, time_min="2026-11-23T00:00:00Z", time_max="2026-11-24T00:00:00Z") == [
+        ["2026-11-23T14:00:00Z", "2026-11-23T15:00:00Z"]
+    ]
+
+
+def test_normalize_output_kinds() -> None:
+    assert normalize_output("status", {"statusCode": 201, "body": ""}, {}) == {"status": 201}
+    assert normalize_output("json", {"statusCode": 200, "body": '{"a": 1}'}, {}) == {"a": 1}
+    assert normalize_output("json", {"slots": []}, {}) == {"slots": []}
+    out = normalize_output(
+        "ics_busy", {"statusCode": 200, "body": "BEGIN:VCALENDAR\nEND:VCALENDAR"}, {}
+    )
+    assert out == {"status": 200, "busy": []}

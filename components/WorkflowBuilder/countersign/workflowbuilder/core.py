@@ -1,0 +1,338 @@
+"""WorkflowBuilder: signed plan + registry -> n8n workflow JSON. Pure and deterministic.
+
+Two shapes (WorkflowBuilder LLD §1):
+
+- **Step workflows** (what runs): one small workflow per interactive step — a Webhook trigger and
+  the step's node. n8n runs the branches of one execution one after another, so the orchestrator
+  gets real concurrency by calling independent steps' webhooks at the same time.
+- **Plan workflow** (what a person inspects in n8n, and the sequential baseline the benchmark
+  compares against): the whole DAG in one workflow — a node per step, ``after`` as connections,
+  a Merge node where dependencies join, a Wait node per gate (resumed only by the orchestrator
+  after it redeemed a gate token; never by a bare link).
+
+Injection rule (ARCHITECTURE.md §3.8): a node's parameters are the registry's constants plus, for
+every data-bound parameter, a fixed expression written here that reads a JSON value from the
+trigger body (``={{ $json.body.data["url"] }}``). Values a person supplied travel only as JSON data;
+no person text is ever placed where n8n evaluates expressions.
+
+Same plan ⇒ same JSON (ids are uuid5 of the plan hash and step; no clock, no randomness).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from countersign.binding import BoundNode, resolve_step, set_path
+from countersign.kernel import BindingError, Plan
+from countersign.registry import Registry
+
+__all__ = [
+    "HTTP_REQUEST",
+    "READ_METHODS",
+    "CredentialRef",
+    "StepWorkflow",
+    "build_plan_workflow",
+    "build_step_workflow",
+    "read_only_violations",
+    "webhook_path",
+]
+
+HTTP_REQUEST: Final = "n8n-nodes-base.httpRequest"
+WEBHOOK: Final = "n8n-nodes-base.webhook"
+MERGE: Final = "n8n-nodes-base.merge"
+WAIT: Final = "n8n-nodes-base.wait"
+CODE: Final = "n8n-nodes-base.code"
+READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Node types and operations that only read (checked, with the registry flag, before a preview).
+_READ_OPERATIONS: Final[Mapping[str, frozenset[str]]] = {
+    "n8n-nodes-base.googleCalendar": frozenset({"availability", "get", "getAll"}),
+    "n8n-nodes-base.gmail": frozenset({"get", "getAll"}),
+    "n8n-nodes-base.slack": frozenset({"get", "getAll", "history"}),
+}
+_NS: Final = uuid.UUID("5b0b3c0e-6f7e-4a53-9c61-636f756e7465")  # "counte…": a fixed namespace
+TRIGGER: Final = "Trigger"
+
+
+@dataclass(frozen=True)
+class CredentialRef:
+    """An n8n credential the generated nodes use (id and name in n8n)."""
+
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class StepWorkflow:
+    """One step's workflow and the webhook path that runs it."""
+
+    step: int
+    path: str
+    workflow: dict[str, Any]
+
+
+def webhook_path(plan_id: str, plan_hash: str, step: int) -> str:
+    """The production webhook path of a step workflow (unique per plan content and step)."""
+    return f"cs-{plan_id.lower()}-{plan_hash[:12]}-s{step}"
+
+
+def _uid(*parts: object) -> str:
+    return str(uuid.uuid5(_NS, "/".join(str(p) for p in parts)))
+
+
+def _data_expr(root: str, path: str) -> str:
+    # The key is registry-authored; json.dumps gives a valid JS string literal for it.
+    if "{{" in path or "}}" in path:
+        raise BindingError(f"parameter path {path!r} may not contain '{{{{' or '}}}}'")
+    return "={{ " + root + ".data[" + json.dumps(path) + "] }}"
+
+
+def _node_parameters(bound: BoundNode, root: str) -> dict[str, Any]:
+    params: dict[str, Any] = json.loads(json.dumps(bound.parameters))
+    _refuse_expressions(params, bound)
+    for path in sorted(bound.data):
+        set_path(params, path, _data_expr(root, path))
+    if bound.node_type == HTTP_REQUEST:
+        # The orchestrator reads status codes itself (e.g. 412 from If-None-Match on a replay).
+        set_path(params, "options.response.response.fullResponse", True)
+        set_path(params, "options.response.response.neverError", True)
+    return params
+
+
+def _refuse_expressions(value: Any, bound: BoundNode) -> None:
+    """Registry constants are trusted, but an expression among them would hide I/O: refuse it
+    unless it is a Code node's source (which n8n does not evaluate as an expression)."""
+    if isinstance(value, str) and (value.startswith("=") or "{{" in value):
+        raise BindingError(
+            f"step {bound.step}: registry constant for {bound.uses}.{bound.call} looks like an "
+            "n8n expression; constants must be literals"
+        )
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "jsCode" and bound.node_type == CODE:
+                continue
+            _refuse_expressions(v, bound)
+    elif isinstance(value, list):
+        for v in value:
+            _refuse_expressions(v, bound)
+
+
+def _credentials(bound: BoundNode, creds: Mapping[str, CredentialRef]) -> dict[str, Any] | None:
+    if bound.credential is None:
+        return None
+    ref = creds.get(bound.credential)
+    if ref is None:
+        raise BindingError(
+            f"step {bound.step} ({bound.uses}.{bound.call}) needs an n8n credential of type "
+            f"{bound.credential!r}, which is not configured"
+        )
+    return {bound.credential: {"id": ref.id, "name": ref.name}}
+
+
+def _trigger(
+    plan_hash: str, key: object, path: str, creds: Mapping[str, CredentialRef]
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "httpMethod": "POST",
+        "path": path,
+        "responseMode": "lastNode",
+        "responseData": "firstEntryJson",
+        "options": {},
+    }
+    node: dict[str, Any] = {
+        "id": _uid(plan_hash, key, "trigger"),
+        "name": TRIGGER,
+        "type": WEBHOOK,
+        "typeVersion": 2,
+        "position": [0, 0],
+        "webhookId": _uid(plan_hash, key, "webhook"),
+        "parameters": params,
+    }
+    auth = creds.get("httpHeaderAuth")
+    if auth is not None:
+        params["authentication"] = "headerAuth"
+        node["credentials"] = {"httpHeaderAuth": {"id": auth.id, "name": auth.name}}
+    return node
+
+
+def _settings() -> dict[str, Any]:
+    return {
+        "executionOrder": "v1",
+        "saveDataSuccessExecution": "all",
+        "saveDataErrorExecution": "all",
+        "saveManualExecutions": False,
+        "callerPolicy": "workflowsFromSameOwner",
+    }
+
+
+def _name(plan: Plan, plan_hash: str, what: str) -> str:
+    return f"countersign {plan.plan_id} {what} [{plan_hash[:12]}]"
+
+
+def build_step_workflow(
+    plan: Plan,
+    plan_hash: str,
+    step: int,
+    registry: Registry,
+    *,
+    credentials: Mapping[str, CredentialRef] | None = None,
+) -> StepWorkflow:
+    """The workflow that runs one interactive, non-gate step.
+
+    The trigger body is ``{"data": {<param path>: value}, "args": {...}}`` (from
+    ``countersign.binding.render_data`` and the resolved args); the step node's output is the
+    webhook's response.
+
+    Raises:
+        BindingError: the step is a gate or durable, or does not bind (names the step).
+    """
+    creds = credentials or {}
+    s = plan.step(step)
+    if s.gate_id is not None:
+        raise BindingError(f"step {step} is gate {s.gate_id}; gates are not run as n8n steps")
+    if s.mode != "interactive":
+        raise BindingError(f"step {step} is durable; it runs on Temporal, not n8n")
+    bound = resolve_step(s, registry)
+    path = webhook_path(plan.plan_id, plan_hash, step)
+    node_name = f"Step {step} {s.uses}.{s.call}"
+    node: dict[str, Any] = {
+        "id": _uid(plan_hash, step, "node"),
+        "name": node_name,
+        "type": bound.node_type,
+        "typeVersion": bound.type_version,
+        "position": [300, 0],
+        "parameters": _node_parameters(bound, "$json.body"),
+    }
+    cred = _credentials(bound, creds)
+    if cred is not None:
+        node["credentials"] = cred
+    workflow = {
+        "name": _name(plan, plan_hash, f"step {step} {s.uses}.{s.call}"),
+        "nodes": [_trigger(plan_hash, step, path, creds), node],
+        "connections": {TRIGGER: {"main": [[{"node": node_name, "type": "main", "index": 0}]]}},
+        "settings": _settings(),
+    }
+    return StepWorkflow(step=step, path=path, workflow=workflow)
+
+
+def build_plan_workflow(
+    plan: Plan,
+    plan_hash: str,
+    registry: Registry,
+    *,
+    steps: Iterable[int] | None = None,
+    credentials: Mapping[str, CredentialRef] | None = None,
+) -> dict[str, Any]:
+    """The whole plan (or the subset ``steps``, closed under dependencies) as one workflow.
+
+    Trigger body: ``{"steps": {"<n>": {"data": {...}, "args": {...}}}}``.
+    """
+    creds = credentials or {}
+    chosen = sorted(set(steps) if steps is not None else {s.step for s in plan.graph})
+    for n in chosen:
+        missing = set(plan.step(n).after) - set(chosen)
+        if missing:
+            raise BindingError(f"step {n} depends on {sorted(missing)}, which are not included")
+    path = webhook_path(plan.plan_id, plan_hash, 0)
+    nodes: list[dict[str, Any]] = [_trigger(plan_hash, "plan", path, creds)]
+    connections: dict[str, Any] = {}
+    names: dict[int, str] = {}
+    depth: dict[int, int] = {}
+
+    def connect(src: str, dst: str, index: int = 0) -> None:
+        outs = connections.setdefault(src, {"main": [[]]})["main"][0]
+        outs.append({"node": dst, "type": "main", "index": index})
+
+    for row, n in enumerate(chosen):
+        s = plan.step(n)
+        depth[n] = 1 + max((depth[d] for d in s.after), default=0)
+        x = depth[n] * 300 + (150 if len(s.after) > 1 else 0)
+        names[n] = f"Step {n} {s.uses}.{s.call}"
+        if s.gate_id is not None:
+            node: dict[str, Any] = {
+                "id": _uid(plan_hash, n, "node"),
+                "name": f"Step {n} {s.gate_id}",
+                "type": WAIT,
+                "typeVersion": 1.1,
+                "position": [x, row * 200],
+                "webhookId": _uid(plan_hash, n, "resume"),
+                "parameters": {"resume": "webhook", "httpMethod": "POST", "options": {}},
+            }
+            names[n] = node["name"]
+        else:
+            bound = resolve_step(s, registry)
+            root = f"$('{TRIGGER}').first().json.body.steps[{json.dumps(str(n))}]"
+            node = {
+                "id": _uid(plan_hash, n, "node"),
+                "name": names[n],
+                "type": bound.node_type,
+                "typeVersion": bound.type_version,
+                "position": [x, row * 200],
+                "parameters": _node_parameters(bound, root),
+            }
+            cred = _credentials(bound, creds)
+            if cred is not None:
+                node["credentials"] = cred
+        nodes.append(node)
+        if not s.after:
+            connect(TRIGGER, names[n])
+        elif len(s.after) == 1:
+            connect(names[s.after[0]], names[n])
+        else:
+            merge = f"Merge before step {n}"
+            nodes.append(
+                {
+                    "id": _uid(plan_hash, n, "merge"),
+                    "name": merge,
+                    "type": MERGE,
+                    "typeVersion": 3,
+                    "position": [x - 150, (row + 1) * 200],
+                    "parameters": {"numberInputs": len(s.after)},
+                }
+            )
+            for i, d in enumerate(s.after):
+                connect(names[d], merge, i)
+            connect(merge, names[n])
+    return {
+        "name": _name(plan, plan_hash, "plan"),
+        "nodes": nodes,
+        "connections": connections,
+        "settings": _settings(),
+    }
+
+
+def read_only_violations(workflow: Mapping[str, Any]) -> list[str]:
+    """Why a workflow could change something (empty when every node only reads).
+
+    Checked on the generated JSON itself, independently of the registry flag: webhook triggers,
+    Merge and Code nodes (registry-authored computation) pass; an HTTP Request passes only with a
+    constant method in GET/HEAD/OPTIONS and no body; known connector nodes pass only for their
+    read operations; anything else — Wait nodes included — is a violation.
+    """
+    problems: list[str] = []
+    for node in workflow.get("nodes", []):
+        t, name = node.get("type"), node.get("name")
+        p = node.get("parameters", {})
+        if t in {WEBHOOK, MERGE, CODE}:
+            continue
+        if t == HTTP_REQUEST:
+            method = p.get("method", "GET")
+            if (
+                not isinstance(method, str)
+                or method.startswith("=")
+                or method.upper() not in READ_METHODS
+            ):
+                problems.append(f"{name}: HTTP method {method!r} is not a constant read method")
+            if p.get("sendBody"):
+                problems.append(f"{name}: sends a body")
+            continue
+        ops = _READ_OPERATIONS.get(str(t))
+        if ops is not None and p.get("operation") in ops:
+            continue
+        problems.append(
+            f"{name}: node {t} operation {p.get('operation')!r} is not known to be read-only"
+        )
+    return problems

@@ -1,0 +1,150 @@
+"""WorkflowBuilder: deterministic JSON, no person text where n8n evaluates, read-only checks."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from countersign.binding import render_data, resolve_step
+from countersign.kernel import BindingError, Plan, Policy
+from countersign.planner import make_plan
+from countersign.planner.testing import make_intent
+from countersign.registry import Registry
+from countersign.signer import plan_hash
+from countersign.workflowbuilder import (
+    CredentialRef,
+    build_plan_workflow,
+    build_step_workflow,
+    read_only_violations,
+)
+
+LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+SNAP = Path(__file__).parent / "snapshots"
+HOSTILE = [
+    "={{ $env.N8N_ENCRYPTION_KEY }}",
+    "{{ require('fs').readFileSync('/etc/passwd') }}",
+    "={{ 1+1 }}",
+]
+CREDS = {"smtp": CredentialRef(id="c1", name="smtp local")}
+
+
+def _plan(registry: Registry, **ents: Any) -> Plan:
+    base = make_intent("schedule_meeting").to_json()["entities"]
+    p = make_plan(make_intent("schedule_meeting", entities={**base, **ents}), [], registry, LOCAL)
+    assert isinstance(p, Plan)
+    return p
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_same_plan_same_json_snapshot(registry: Registry) -> None:
+    plan = _plan(registry)
+    h = plan_hash(plan)
+    got = {
+        "steps": {
+            s.step: build_step_workflow(plan, h, s.step, registry, credentials=CREDS).workflow
+            for s in plan.graph
+            if s.gate_id is None
+        },
+        "plan": build_plan_workflow(plan, h, registry, credentials=CREDS),
+    }
+    again = {
+        "steps": {
+            s.step: build_step_workflow(plan, h, s.step, registry, credentials=CREDS).workflow
+            for s in plan.graph
+            if s.gate_id is None
+        },
+        "plan": build_plan_workflow(plan, h, registry, credentials=CREDS),
+    }
+    assert got == again
+    snap = SNAP / "schedule_meeting_local.json"
+    text = json.dumps(got, indent=1, sort_keys=True) + "\n"
+    if os.environ.get("COUNTERSIGN_UPDATE_SNAPSHOTS") == "1":
+        snap.write_text(text)
+    assert snap.read_text() == text, "snapshot differs; review, then COUNTERSIGN_UPDATE_SNAPSHOTS=1"
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_person_text_never_reaches_an_expression(registry: Registry, hostile: str) -> None:
+    plan = _plan(registry, title=hostile, participants=["alice@example.com", "bob@example.com"])
+    h = plan_hash(plan)
+    workflows = [
+        build_step_workflow(plan, h, s.step, registry, credentials=CREDS).workflow
+        for s in plan.graph
+        if s.gate_id is None
+    ]
+    workflows.append(build_plan_workflow(plan, h, registry, credentials=CREDS))
+    for wf in workflows:
+        for text in _strings(wf):
+            assert hostile not in text
+            if text.startswith("=") or "{{" in text:
+                # the only expressions are the builder's own fixed data references
+                assert text.startswith("={{ $json.body.data[") or text.startswith(
+                    "={{ $('Trigger')"
+                ), text
+    # the value still arrives, as data, in the trigger body
+    create = next(s for s in plan.graph if s.call == "create_event")
+    node = resolve_step(create, registry)
+    args = {**create.args, "start": "2026-11-23T13:00:00Z", "end": "2026-11-23T13:30:00Z"}
+    data = render_data(node, args, {"caldav_base_url": "http://127.0.0.1:1"})
+    assert "SUMMARY:" in data["body"]
+
+
+def test_gates_and_durable_steps_are_not_step_workflows(registry: Registry) -> None:
+    plan = _plan(registry)
+    gate = next(s for s in plan.graph if s.gate_id)
+    with pytest.raises(BindingError, match="gate"):
+        build_step_workflow(plan, plan_hash(plan), gate.step, registry)
+    visa = make_plan(make_intent("watch_visa_slots"), [], registry, Policy())
+    assert isinstance(visa, Plan)
+    with pytest.raises(BindingError, match="durable"):
+        build_step_workflow(visa, plan_hash(visa), 1, registry)
+
+
+def test_missing_credential_is_named(registry: Registry) -> None:
+    plan = _plan(registry)
+    mail = next(s for s in plan.graph if s.uses == "smtp")
+    with pytest.raises(BindingError, match="'smtp'"):
+        build_step_workflow(plan, plan_hash(plan), mail.step, registry)
+
+
+def test_plan_workflow_shape(registry: Registry) -> None:
+    plan = _plan(registry)
+    wf = build_plan_workflow(plan, plan_hash(plan), registry, credentials=CREDS)
+    types = [n["type"] for n in wf["nodes"]]
+    assert types.count("n8n-nodes-base.merge") == 1
+    assert types.count("n8n-nodes-base.wait") == 1
+    merge = next(n for n in wf["nodes"] if n["type"] == "n8n-nodes-base.merge")
+    assert merge["parameters"]["numberInputs"] == 2
+    assert wf["connections"]["Trigger"]["main"][0] == [
+        {"node": "Step 1 caldav.list_free_busy", "type": "main", "index": 0},
+        {"node": "Step 2 caldav.list_free_busy", "type": "main", "index": 0},
+    ]
+
+
+def test_read_only_check_catches_writes_even_if_registry_lies(registry: Registry) -> None:
+    plan = _plan(registry)
+    h = plan_hash(plan)
+    reads = build_plan_workflow(plan, h, registry, steps=[1, 2, 3])
+    assert read_only_violations(reads) == []
+    whole = build_plan_workflow(plan, h, registry, credentials=CREDS)
+    problems = read_only_violations(whole)
+    assert any("PUT" in p for p in problems) and any("wait" in p for p in problems)
+    assert any("emailSend" in p for p in problems)
+    forged = json.loads(json.dumps(reads))
+    forged["nodes"][1]["parameters"]["method"] = "={{ 'DELETE' }}"
+    assert read_only_violations(forged)
+    with pytest.raises(BindingError, match="not included"):
+        build_plan_workflow(plan, h, registry, steps=[3])
