@@ -111,3 +111,24 @@ def test_normalize_output_kinds() -> None:
         "ics_busy", {"statusCode": 200, "body": "BEGIN:VCALENDAR\nEND:VCALENDAR"}, {}
     )
     assert out == {"status": 200, "busy": []}
+
+
+def test_resolve_refs() -> None:
+    from countersign.binding import referenced_steps, resolve_refs
+
+    args = {
+        "inputs": [{"$ref": "steps.1.output"}, {"$ref": "steps.2.output.busy"}],
+        "start": {"$ref": "gates.gate-A.choice.start"},
+        "n": 3,
+    }
+    out = resolve_refs(
+        args, {1: {"busy": []}, 2: {"busy": [["a", "b"]]}}, {"gate-A": {"start": "S"}}
+    )
+    assert out == {"inputs": [{"busy": []}, [["a", "b"]]], "start": "S", "n": 3}
+    assert referenced_steps(args) == {1, 2}
+    with pytest.raises(BindingError, match="step 2 has no output"):
+        resolve_refs(args, {1: {}}, {"gate-A": {"start": "S"}})
+    with pytest.raises(BindingError, match="no choice"):
+        resolve_refs(args, {1: {}, 2: {"busy": 1}}, {})
+    with pytest.raises(BindingError, match="no 'start'"):
+        resolve_refs(args, {1: {}, 2: {"busy": 1}}, {"gate-A": {}})

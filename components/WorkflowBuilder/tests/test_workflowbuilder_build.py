@@ -109,8 +109,9 @@ def test_gates_and_durable_steps_are_not_step_workflows(registry: Registry) -> N
         build_step_workflow(plan, plan_hash(plan), gate.step, registry)
     visa = make_plan(make_intent("watch_visa_slots"), [], registry, Policy())
     assert isinstance(visa, Plan)
-    with pytest.raises(BindingError, match="durable"):
-        build_step_workflow(visa, plan_hash(visa), 1, registry)
+    build_step_workflow(visa, plan_hash(visa), 1, registry)  # a durable read: previewable once
+    with pytest.raises(BindingError, match="durable write"):
+        build_step_workflow(visa, plan_hash(visa), 3, registry)
 
 
 def test_missing_credential_is_named(registry: Registry) -> None:

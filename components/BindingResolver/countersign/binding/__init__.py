@@ -1,6 +1,7 @@
 """BindingResolver: plan step + registry -> n8n node type, typeVersion, parameters, data."""
 
 from .core import BoundNode, DataBinding, resolve_step, set_path
+from .refs import referenced_steps, resolve_refs
 from .render import ics_busy, ics_event, normalize_output, render_data
 
 __all__ = [
@@ -9,7 +10,9 @@ __all__ = [
     "ics_busy",
     "ics_event",
     "normalize_output",
+    "referenced_steps",
     "render_data",
+    "resolve_refs",
     "resolve_step",
     "set_path",
 ]

@@ -180,7 +180,7 @@ def build_step_workflow(
     *,
     credentials: Mapping[str, CredentialRef] | None = None,
 ) -> StepWorkflow:
-    """The workflow that runs one interactive, non-gate step.
+    """The workflow that runs one non-gate step (interactive, or a durable read for a preview).
 
     The trigger body is ``{"data": {<param path>: value}, "args": {...}}`` (from
     ``countersign.binding.render_data`` and the resolved args); the step node's output is the
@@ -193,8 +193,8 @@ def build_step_workflow(
     s = plan.step(step)
     if s.gate_id is not None:
         raise BindingError(f"step {step} is gate {s.gate_id}; gates are not run as n8n steps")
-    if s.mode != "interactive":
-        raise BindingError(f"step {step} is durable; it runs on Temporal, not n8n")
+    if s.mode != "interactive" and not s.dry_run:
+        raise BindingError(f"step {step} is a durable write; it runs on Temporal, not n8n")
     bound = resolve_step(s, registry)
     path = webhook_path(plan.plan_id, plan_hash, step)
     node_name = f"Step {step} {s.uses}.{s.call}"

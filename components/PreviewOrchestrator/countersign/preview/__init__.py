@@ -1,0 +1,26 @@
+"""PreviewOrchestrator: verified, read-only previews on n8n, with fingerprints of what was read."""
+
+from .core import (
+    PreviewRecorder,
+    PreviewRefusedError,
+    PreviewResult,
+    fingerprint,
+    preview_steps,
+    run_preview,
+    verify_or_audit,
+)
+from .runner import N8nStepRunner, StepFailedError, StepTransport, run_dag
+
+__all__ = [
+    "N8nStepRunner",
+    "PreviewRecorder",
+    "PreviewRefusedError",
+    "PreviewResult",
+    "StepFailedError",
+    "StepTransport",
+    "fingerprint",
+    "preview_steps",
+    "run_dag",
+    "run_preview",
+    "verify_or_audit",
+]

@@ -1,0 +1,191 @@
+"""PreviewOrchestrator: verify, keep only read-only previewable steps, run them, fingerprint.
+
+Invariant §3.2 (preview never writes): a step runs in a preview only if (1) the registry marks
+its op ``previewable`` and ``read`` and it is not a gate, and (2) the generated n8n workflow passes
+``read_only_violations`` (node types and HTTP methods checked on the JSON itself). A bad signature
+is refused and audited before anything reaches n8n.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from countersign.kernel import (
+    CountersignError,
+    Plan,
+    PreviewWrapper,
+    SignatureError,
+    content_hash,
+)
+from countersign.registry import Registry
+from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
+from countersign.workflowbuilder import CredentialRef, build_step_workflow, read_only_violations
+
+from .runner import N8nStepRunner, StepTransport, run_dag
+
+__all__ = [
+    "PreviewRecorder",
+    "PreviewRefusedError",
+    "PreviewResult",
+    "fingerprint",
+    "preview_steps",
+    "run_preview",
+    "verify_or_audit",
+]
+
+
+class PreviewRefusedError(CountersignError):
+    """A preview would run something that is not read-only."""
+
+    code = "preview_refused"
+
+
+class PreviewRecorder(Protocol):
+    """Where previews leave their trace (storage + audit)."""
+
+    def signature_refused(self, document: Any, error: SignatureError, *, actor: str) -> None:
+        """Audit a refused signature (derived facts only)."""
+
+    def preview_done(
+        self,
+        verified: VerifiedPlan,
+        fingerprints: Mapping[int, str],
+        *,
+        actor: str,
+        latency_ms: int,
+        status: str,
+        reason: str | None,
+    ) -> None:
+        """Store the fingerprints and audit the preview."""
+
+
+@dataclass(frozen=True)
+class PreviewResult:
+    """The wrapper plus what the execute-time staleness check needs."""
+
+    wrapper: PreviewWrapper
+    outputs: dict[int, Any] = field(default_factory=dict)
+    fingerprints: dict[int, str] = field(default_factory=dict)
+
+
+def verify_or_audit(
+    document: Any, *, keys: KeyLookup, recorder: PreviewRecorder, actor: str
+) -> VerifiedPlan:
+    """Verify a signed plan; on failure audit the refusal and re-raise."""
+    try:
+        return verify_signed_plan(document, keys=keys)
+    except SignatureError as e:
+        recorder.signature_refused(document, e, actor=actor)
+        raise
+
+
+def preview_steps(plan: Plan, registry: Registry) -> list[int]:
+    """The steps a preview may run: previewable read ops, no gates."""
+    out = []
+    for s in plan.graph:
+        op = registry.op(s.uses, s.call, step=s.step)
+        if op.previewable and op.safety == "read" and not op.gate and s.gate_id is None:
+            out.append(s.step)
+    return out
+
+
+def fingerprint(output: Any) -> str:
+    """What a read returned, as a hash (compared again before a write)."""
+    return content_hash(output)
+
+
+async def run_preview(
+    document: Any,
+    *,
+    keys: KeyLookup,
+    registry: Registry,
+    transport: StepTransport,
+    recorder: PreviewRecorder,
+    settings: Mapping[str, str],
+    credentials: Mapping[str, CredentialRef] | None = None,
+    actor: str,
+    only: set[int] | None = None,
+) -> PreviewResult:
+    """Preview a signed plan.
+
+    Args:
+        document: the signed-plan document as received.
+        only: restrict to these steps (and what they depend on); the execute-time staleness check
+            re-runs just the reads its writes depend on.
+
+    Raises:
+        SignatureError: refused and audited; nothing ran.
+        PreviewRefusedError: a workflow it would run is not read-only; nothing ran.
+        StepFailedError: a read failed (the outputs so far are on the error).
+    """
+    verified = verify_or_audit(document, keys=keys, recorder=recorder, actor=actor)
+    plan = verified.plan
+    steps = preview_steps(plan, registry)
+    if only is not None:
+        steps = [n for n in steps if n in _closure(plan, only)]
+    creds = credentials or {}
+    for n in steps:
+        wf = build_step_workflow(plan, verified.plan_hash, n, registry, credentials=creds)
+        problems = read_only_violations(wf.workflow)
+        if problems:
+            recorder.preview_done(
+                verified,
+                {},
+                actor=actor,
+                latency_ms=0,
+                status="refused",
+                reason="; ".join(problems),
+            )
+            raise PreviewRefusedError(
+                f"preview of plan {plan.plan_id} refused: {'; '.join(problems)}"
+            )
+    runner = N8nStepRunner(
+        plan=plan,
+        plan_hash=verified.plan_hash,
+        registry=registry,
+        transport=transport,
+        settings=settings,
+        credentials=creds,
+    )
+    t0 = time.perf_counter()
+    try:
+        outputs = await run_dag(plan, steps, runner.run)
+    except CountersignError as e:
+        ms = int((time.perf_counter() - t0) * 1000)
+        recorder.preview_done(
+            verified, {}, actor=actor, latency_ms=ms, status="error", reason=e.code
+        )
+        raise
+    ms = int((time.perf_counter() - t0) * 1000)
+    prints = {n: fingerprint(o) for n, o in outputs.items()}
+    ok = all(_ok(o) for o in outputs.values())
+    recorder.preview_done(verified, prints, actor=actor, latency_ms=ms, status="ok", reason=None)
+    wrapper = PreviewWrapper(
+        normalized={
+            "plan_id": plan.plan_id,
+            "plan_hash": verified.plan_hash,
+            "steps": {str(n): outputs[n] for n in sorted(outputs)},
+            "fingerprints": {str(n): prints[n] for n in sorted(prints)},
+        },
+        can_execute=ok,
+    )
+    return PreviewResult(wrapper=wrapper, outputs=outputs, fingerprints=prints)
+
+
+def _ok(output: Any) -> bool:
+    status = output.get("status") if isinstance(output, Mapping) else None
+    return status is None or (isinstance(status, int) and 200 <= status < 300)
+
+
+def _closure(plan: Plan, roots: set[int]) -> set[int]:
+    out: set[int] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n not in out:
+            out.add(n)
+            stack.extend(plan.step(n).after)
+    return out

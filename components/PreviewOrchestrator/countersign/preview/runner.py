@@ -1,0 +1,135 @@
+"""Run plan steps on n8n as their DAG allows: independent steps at the same time.
+
+``run_dag`` is the scheduler (pure asyncio, no I/O of its own): a step starts as soon as every
+step it depends on (within the chosen set) has finished; the first failure stops new starts, lets
+running steps finish, and is raised with the outputs gathered so far. ``N8nStepRunner`` runs one
+step: build its step workflow, deploy it once, render the data values, call the webhook, normalize
+the output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
+from countersign.kernel import CountersignError, Plan, PlanStep
+from countersign.registry import Registry
+from countersign.workflowbuilder import (
+    CredentialRef,
+    StepWorkflow,
+    build_step_workflow,
+    webhook_path,
+)
+
+__all__ = ["N8nStepRunner", "StepFailedError", "StepTransport", "run_dag"]
+
+
+class StepFailedError(CountersignError):
+    """A step could not run or its provider answered with an error."""
+
+    code = "step_failed"
+
+    def __init__(self, step: int, reason: str, *, outputs: Mapping[int, Any] | None = None) -> None:
+        super().__init__(f"step {step} failed: {reason}")
+        self.step = step
+        self.reason = reason
+        self.outputs: dict[int, Any] = dict(outputs or {})
+
+
+class StepTransport(Protocol):
+    """Where step workflows run (n8n in production and tests)."""
+
+    async def deploy(self, workflow: StepWorkflow) -> None:
+        """Make the step's webhook callable (create + activate once; idempotent)."""
+
+    async def call(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Call a step webhook; the node's output item."""
+
+
+RunOne = Callable[[PlanStep, Mapping[int, Any]], Coroutine[Any, Any, Any]]
+
+
+async def run_dag(
+    plan: Plan,
+    steps: Sequence[int],
+    run_one: RunOne,
+    *,
+    outputs: Mapping[int, Any] | None = None,
+) -> dict[int, Any]:
+    """Run ``steps`` of ``plan`` respecting ``after``; return every step's output.
+
+    Dependencies outside ``steps`` must already be in ``outputs`` (or are gates, whose result is
+    the person's choice and not an output).
+    """
+    done: dict[int, Any] = dict(outputs or {})
+    chosen = set(steps)
+    pending = {n: plan.step(n) for n in steps}
+    running: dict[asyncio.Task[Any], int] = {}
+    failure: BaseException | None = None
+
+    def ready(s: PlanStep) -> bool:
+        return all(
+            d in done or (d not in chosen and plan.step(d).gate_id is not None) for d in s.after
+        )
+
+    while pending or running:
+        if failure is None:
+            for n, s in sorted(pending.items()):
+                if ready(s):
+                    running[asyncio.create_task(run_one(s, dict(done)))] = n
+                    del pending[n]
+        if not running:
+            if failure is not None:
+                break
+            raise StepFailedError(min(pending), "its dependencies can never complete", outputs=done)
+        finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        for task in finished:
+            n = running.pop(task)
+            exc = task.exception()
+            if exc is None:
+                done[n] = task.result()
+            elif failure is None:
+                failure = exc
+        if failure is not None:
+            pending.clear()
+    if failure is not None:
+        if isinstance(failure, StepFailedError):
+            failure.outputs = done
+        raise failure
+    return done
+
+
+@dataclass
+class N8nStepRunner:
+    """Runs single steps of one signed plan on n8n."""
+
+    plan: Plan
+    plan_hash: str
+    registry: Registry
+    transport: StepTransport
+    settings: Mapping[str, str]
+    credentials: Mapping[str, CredentialRef] = field(default_factory=dict)
+    choices: Mapping[str, Any] = field(default_factory=dict)
+    _deployed: set[int] = field(default_factory=set)
+
+    async def run(
+        self, step: PlanStep, outputs: Mapping[int, Any], *, idempotency_key: str | None = None
+    ) -> Any:
+        """Run one step; its normalized output (a write's output includes the HTTP status)."""
+        if step.step not in self._deployed:
+            wf = build_step_workflow(
+                self.plan, self.plan_hash, step.step, self.registry, credentials=self.credentials
+            )
+            await self.transport.deploy(wf)
+            self._deployed.add(step.step)
+        args = resolve_refs(step.args, outputs, self.choices)
+        node = resolve_step(step, self.registry)
+        data = render_data(node, args, self.settings, idempotency_key=idempotency_key)
+        item = await self.transport.call(
+            webhook_path(self.plan.plan_id, self.plan_hash, step.step), {"data": data, "args": args}
+        )
+        op = self.registry.op(step.uses, step.call)
+        return normalize_output(op.output, item, args)
