@@ -1,0 +1,155 @@
+"""Pure decisions of an execute: which gate guards which write, which reads a write depends on,
+what changed since the preview, and how to undo writes that already happened.
+
+Shared by the interactive ExecuteOrchestrator (n8n) and the durable one (Temporal sagas).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from countersign.kernel import CountersignError, Plan, PlanStep, content_hash
+from countersign.registry import Registry
+
+__all__ = [
+    "Change",
+    "StaleWorldError",
+    "WriteSpec",
+    "compensation_steps",
+    "idempotency_key",
+    "stale_changes",
+    "write_specs",
+]
+
+
+class StaleWorldError(CountersignError):
+    """What a write depends on changed since the preview; the person must approve again."""
+
+    code = "stale_world"
+
+    def __init__(self, plan_id: str, changes: Sequence[Change]) -> None:
+        what = "; ".join(c.describe() for c in changes)
+        super().__init__(
+            f"plan {plan_id}: the world changed since the preview ({what}); approve again"
+        )
+        self.changes = list(changes)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One read whose result differs from what the person saw."""
+
+    step: int
+    before: Any
+    after: Any
+
+    def describe(self) -> str:
+        """Short human text: 'step 1: busy [..] at preview, [..] now'."""
+        return f"step {self.step}: {_short(self.before)} at preview, {_short(self.after)} now"
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """A write step and what guards it."""
+
+    step: int
+    gate_id: str
+    reads: tuple[int, ...]
+
+
+def _ancestors(plan: Plan, n: int) -> set[int]:
+    out: set[int] = set()
+    stack = list(plan.step(n).after)
+    while stack:
+        d = stack.pop()
+        if d not in out:
+            out.add(d)
+            stack.extend(plan.step(d).after)
+    return out
+
+
+def write_specs(plan: Plan, registry: Registry) -> list[WriteSpec]:
+    """Every write step, the nearest gate among its ancestors, and the reads it depends on."""
+    specs: list[WriteSpec] = []
+    for s in plan.graph:
+        op = registry.op(s.uses, s.call, step=s.step)
+        if op.safety != "write":
+            continue
+        anc = _ancestors(plan, s.step)
+        gates = [a for a in anc if plan.step(a).gate_id]
+        if not gates:
+            raise CountersignError(f"plan {plan.plan_id}: write step {s.step} has no gate")
+        gate = plan.step(max(gates)).gate_id
+        assert gate is not None
+        reads = tuple(
+            sorted(
+                a
+                for a in anc
+                if plan.step(a).gate_id is None
+                and registry.op(plan.step(a).uses, plan.step(a).call).safety == "read"
+            )
+        )
+        specs.append(WriteSpec(step=s.step, gate_id=gate, reads=reads))
+    return specs
+
+
+def idempotency_key(plan_id: str, step: int, args: Mapping[str, Any]) -> str:
+    """``plan_id:step:arg_hash`` with arg_hash = sha256 of the canonical args (GLOBAL_SPEC §8)."""
+    return f"{plan_id}:{step}:{content_hash(dict(args))}"
+
+
+def stale_changes(
+    before: Mapping[int, str],
+    before_outputs: Mapping[int, Any],
+    after_outputs: Mapping[int, Any],
+) -> list[Change]:
+    """Reads whose fingerprint differs from the preview's (``before`` holds fingerprints)."""
+    changes = []
+    for n in sorted(after_outputs):
+        if n in before and content_hash(after_outputs[n]) != before[n]:
+            changes.append(Change(step=n, before=before_outputs.get(n), after=after_outputs[n]))
+    return changes
+
+
+def compensation_steps(
+    plan: Plan, registry: Registry, done: Sequence[tuple[PlanStep, Mapping[str, Any], Any]]
+) -> list[PlanStep]:
+    """Steps that undo ``done`` writes (step, resolved args, output), newest first.
+
+    Each compensation is a new PlanStep numbered ``10000 - original`` … not part of the signed
+    graph; its args come from the registry's ``compensation.args`` (``args.<name>`` or
+    ``result.id``/``result.link``). Writes without a compensation are skipped (and reported by the
+    caller).
+    """
+    out: list[PlanStep] = []
+    for step, args, result in reversed(done):
+        comp = registry.op(step.uses, step.call).compensation
+        if comp is None:
+            continue
+        cargs: dict[str, Any] = {}
+        for name, src in comp.args.items():
+            if src.startswith("args."):
+                cargs[name] = args.get(src.removeprefix("args."))
+            else:
+                field = src.removeprefix("result.")
+                cargs[name] = result.get(field) if isinstance(result, Mapping) else None
+        target = registry.op(step.uses, comp.call)
+        out.append(
+            PlanStep(
+                step=10_000 - step.step,
+                mode=step.mode,
+                role=target.role,
+                uses=step.uses,
+                call=comp.call,
+                args=cargs,
+                dry_run=False,
+            )
+        )
+    return out
