@@ -22,12 +22,19 @@ def _default_home() -> Path:
     return Path(platformdirs.user_data_dir("countersign", appauthor=False))
 
 
+def _default_cache() -> Path:
+    return Path(platformdirs.user_cache_dir("countersign", appauthor=False))
+
+
 class Settings(BaseSettings):
     """Everything a Countersign process can be configured with (env prefix ``COUNTERSIGN_``)."""
 
     model_config = SettingsConfigDict(env_prefix="COUNTERSIGN_", extra="ignore", frozen=True)
 
     home: Path = Field(default_factory=_default_home)
+    #: Long installs (Node, n8n) live here, keyed by version, outside the repository.
+    cache_dir: Path = Field(default_factory=_default_cache)
+    n8n_port: int = 5678
     registry_dir: Path = Field(default_factory=source_registry_dir)
     signer_name: str = "planner@system"
     #: An Ed25519 seed (base64, 32 bytes) given through the environment instead of the key ring

