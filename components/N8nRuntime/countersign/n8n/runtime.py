@@ -226,6 +226,8 @@ def _env(inst: N8nInstall, data_dir: Path, port: int, key: str) -> dict[str, str
             "GENERIC_TIMEZONE": "UTC",
             "N8N_GRACEFUL_SHUTDOWN_TIMEOUT": "5",
             "N8N_RUNNERS_ENABLED": "true",
+            # each instance needs its own task-broker port (two n8n on one machine in tests)
+            "N8N_RUNNERS_BROKER_PORT": str(free_port()),
             "N8N_BLOCK_ENV_ACCESS_IN_NODE": "true",
             "EXECUTIONS_DATA_PRUNE": "true",
             "EXECUTIONS_DATA_MAX_AGE": "168",
