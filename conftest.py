@@ -4,4 +4,5 @@ pytest_plugins: list[str] = [
     "countersign.planner.testing",
     "countersign.n8n.testing",
     "countersign.n8n.providers",
+    "countersign.storage.testing",
 ]

@@ -17,6 +17,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 import yaml
 
+from countersign.audit.cli import app as audit_app
 from countersign.kernel import (
     CountersignError,
     Evidence,
@@ -29,9 +30,11 @@ from countersign.kernel import (
     SignatureError,
     parse_contract,
 )
+from countersign.n8n.cli import app as n8n_app
 from countersign.planner import make_plan
 from countersign.registry import load_registry
 from countersign.signer import KeyRing, fresh_seed, open_keyring, sign_plan, verify_signed_plan
+from countersign.storage.cli import app as db_app
 
 __all__ = ["app", "main"]
 
@@ -46,6 +49,9 @@ keys_app = typer.Typer(help="Manage the Ed25519 key ring.", no_args_is_help=True
 registry_app = typer.Typer(help="Inspect and validate registry/.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 app.add_typer(registry_app, name="registry")
+app.add_typer(db_app, name="db")
+app.add_typer(audit_app, name="audit")
+app.add_typer(n8n_app, name="n8n")
 
 EXIT_REFUSED = 1
 EXIT_INPUT = 2

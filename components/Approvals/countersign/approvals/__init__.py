@@ -1,0 +1,30 @@
+"""Approvals: single-use, short-lived gate tokens bound to plan hash, gate and user."""
+
+from .core import Approvals, GateDecision, Redemption, token_hash
+from .errors import (
+    ApprovalError,
+    GateDecidedError,
+    TokenExpiredError,
+    TokenGateMismatchError,
+    TokenPlanMismatchError,
+    TokenReusedError,
+    TokenScopeError,
+    TokenUnknownError,
+    TokenUserMismatchError,
+)
+
+__all__ = [
+    "ApprovalError",
+    "Approvals",
+    "GateDecidedError",
+    "GateDecision",
+    "Redemption",
+    "TokenExpiredError",
+    "TokenGateMismatchError",
+    "TokenPlanMismatchError",
+    "TokenReusedError",
+    "TokenScopeError",
+    "TokenUnknownError",
+    "TokenUserMismatchError",
+    "token_hash",
+]

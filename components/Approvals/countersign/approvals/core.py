@@ -1,0 +1,369 @@
+"""Approvals: gate tokens bound to {plan_hash, gate_id, user_id, scopes}, short-lived, single use.
+
+Token format (Approvals SPEC §1): an opaque random string ``cst_<43 base64url chars>`` (256 bits
+from ``secrets``). Only its sha256 is stored, so a copy of the database does not hold live tokens;
+audit rows carry the first 12 hex of that hash. Redemption is one atomic statement::
+
+    UPDATE approval_tokens SET consumed_at = :now
+    WHERE token_hash = :h AND consumed_at IS NULL AND expires_at > :now
+      AND plan_hash = :plan_hash AND gate_id = :gate AND user_id = :user AND scopes @> :needed
+    RETURNING …
+
+so of any number of concurrent redemptions exactly one succeeds. When it matches nothing, the row
+is read to name the reason (unknown, another plan, gate or user, expired, reused, scope) and the
+refusal is audited in the same transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from countersign.audit import AuditLog
+from countersign.kernel import ApprovalToken, InputError
+from countersign.storage import Database
+
+from .errors import (
+    ApprovalError,
+    GateDecidedError,
+    TokenExpiredError,
+    TokenGateMismatchError,
+    TokenPlanMismatchError,
+    TokenReusedError,
+    TokenScopeError,
+    TokenUnknownError,
+    TokenUserMismatchError,
+)
+
+__all__ = ["Approvals", "GateDecision", "Redemption", "token_hash"]
+
+_GATE = re.compile(r"^gate-[A-Z]{1,3}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def token_hash(token: str) -> str:
+    """sha256 hex of a token (what the ledger stores)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Redemption:
+    """A redeemed token: the gate is approved, with the person's choice."""
+
+    plan_id: str
+    gate_id: str
+    user_id: str
+    choice: Any
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """What was decided at a gate."""
+
+    plan_id: str
+    gate_id: str
+    user_id: str
+    decision: str
+    choice: Any
+    reason: str | None
+
+
+class Approvals:
+    """Issue, redeem and reject gate approvals."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        audit: AuditLog | None = None,
+    ) -> None:
+        self.db = db
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._audit = audit or AuditLog(clock=self._clock)
+
+    @staticmethod
+    def _check(plan_id: str, plan_hash: str, gate_id: str, user_id: str) -> None:
+        if not plan_id or len(plan_id) != 26:
+            raise InputError(f"plan_id {plan_id!r} is not a ULID")
+        if not _HEX64.match(plan_hash):
+            raise InputError("plan_hash must be 64 lower-case hex characters")
+        if not _GATE.match(gate_id):
+            raise InputError(f"gate_id {gate_id!r} must look like gate-A")
+        if not user_id or len(user_id) > 128:
+            raise InputError("user_id must be 1..128 characters")
+
+    def issue(
+        self,
+        *,
+        plan_id: str,
+        plan_hash: str,
+        gate_id: str,
+        user_id: str,
+        scopes: Sequence[str],
+        ttl_s: int,
+        choice: Any = None,
+    ) -> ApprovalToken:
+        """The person approved this gate (with an optional choice): a token to execute with."""
+        self._check(plan_id, plan_hash, gate_id, user_id)
+        if not 1 <= ttl_s <= 86400:
+            raise InputError(f"approval ttl_s {ttl_s} must be between 1 and 86400 seconds")
+        token = "cst_" + secrets.token_urlsafe(32)
+        now = self._clock()
+        exp = now + timedelta(seconds=ttl_s)
+        th = token_hash(token)
+        with self.db.tx() as c:
+            self._refuse_if_rejected(c, plan_id, gate_id)
+            c.execute(
+                text(
+                    """
+                    INSERT INTO approval_tokens (token_hash, plan_id, plan_hash, gate_id, user_id, scopes,
+                                                 choice, issued_at, expires_at)
+                    VALUES (:h, :p, :ph, :g, :u, CAST(:sc AS jsonb), CAST(:ch AS jsonb), :now, :exp)
+                    """
+                ),
+                {
+                    "h": th,
+                    "p": plan_id,
+                    "ph": plan_hash,
+                    "g": gate_id,
+                    "u": user_id,
+                    "sc": json.dumps(sorted(set(scopes))),
+                    "ch": json.dumps(choice),
+                    "now": now,
+                    "exp": exp,
+                },
+            )
+            self._audit.append(
+                c,
+                {
+                    "kind": "token_issued",
+                    "status": "ok",
+                    "actor": user_id,
+                    "plan_id": plan_id,
+                    "op": gate_id,
+                    "details": {"token_ref": th[:12], "ttl_s": ttl_s},
+                },
+            )
+        return ApprovalToken(
+            token=token,
+            plan_hash=plan_hash,
+            gate_id=gate_id,
+            user_id=user_id,
+            exp=exp,
+            scopes=sorted(set(scopes)),
+        )
+
+    def _refuse_if_rejected(self, c: Connection, plan_id: str, gate_id: str) -> None:
+        row = c.execute(
+            text("SELECT decision FROM gate_decisions WHERE plan_id = :p AND gate_id = :g"),
+            {"p": plan_id, "g": gate_id},
+        ).first()
+        if row is not None and row.decision == "rejected":
+            raise GateDecidedError(
+                f"{gate_id} of plan {plan_id} was rejected; it cannot be approved"
+            )
+
+    def redeem(
+        self,
+        token: str,
+        *,
+        plan_id: str,
+        plan_hash: str,
+        gate_id: str,
+        user_id: str,
+        required_scopes: Sequence[str] = (),
+        actor: str | None = None,
+    ) -> Redemption:
+        """Spend a token on exactly this plan hash, gate and user.
+
+        Raises:
+            TokenUnknownError, TokenPlanMismatchError, TokenGateMismatchError,
+            TokenUserMismatchError, TokenExpiredError, TokenReusedError, TokenScopeError,
+            GateDecidedError: refused (and audited).
+        """
+        self._check(plan_id, plan_hash, gate_id, user_id)
+        if not isinstance(token, str) or not 8 <= len(token) <= 200:
+            raise InputError("token must be a string of 8..200 characters")
+        th = token_hash(token)
+        now = self._clock()
+        refusal: ApprovalError | None = None
+        with self.db.tx() as c:
+            row = c.execute(
+                text(
+                    """
+                    UPDATE approval_tokens SET consumed_at = :now
+                    WHERE token_hash = :h AND consumed_at IS NULL AND expires_at > :now
+                      AND plan_hash = :ph AND gate_id = :g AND user_id = :u
+                      AND scopes @> CAST(:need AS jsonb)
+                      AND NOT EXISTS (SELECT 1 FROM gate_decisions d WHERE d.plan_id = approval_tokens.plan_id
+                                      AND d.gate_id = approval_tokens.gate_id AND d.decision = 'rejected')
+                    RETURNING plan_id, choice
+                    """
+                ),
+                {
+                    "now": now,
+                    "h": th,
+                    "ph": plan_hash,
+                    "g": gate_id,
+                    "u": user_id,
+                    "need": json.dumps(sorted(set(required_scopes))),
+                },
+            ).first()
+            if row is not None:
+                c.execute(
+                    text(
+                        """
+                        INSERT INTO gate_decisions (plan_id, gate_id, plan_hash, user_id, decision, choice, decided_at)
+                        VALUES (:p, :g, :ph, :u, 'approved', CAST(:ch AS jsonb), :now)
+                        ON CONFLICT (plan_id, gate_id) DO UPDATE SET choice = EXCLUDED.choice,
+                          decided_at = EXCLUDED.decided_at WHERE gate_decisions.decision = 'approved'
+                        """
+                    ),
+                    {
+                        "p": row.plan_id,
+                        "g": gate_id,
+                        "ph": plan_hash,
+                        "u": user_id,
+                        "ch": json.dumps(row.choice),
+                        "now": now,
+                    },
+                )
+                self._audit.append(
+                    c,
+                    {
+                        "kind": "gate_approved",
+                        "status": "ok",
+                        "actor": actor or user_id,
+                        "plan_id": row.plan_id,
+                        "op": gate_id,
+                        "details": {"token_ref": th[:12]},
+                    },
+                )
+                return Redemption(
+                    plan_id=row.plan_id, gate_id=gate_id, user_id=user_id, choice=row.choice
+                )
+            refusal = self._diagnose(
+                c,
+                th,
+                now,
+                plan_hash=plan_hash,
+                gate_id=gate_id,
+                user_id=user_id,
+                required=required_scopes,
+            )
+            self._audit.append(
+                c,
+                {
+                    "kind": "token_refused",
+                    "status": "refused",
+                    "actor": actor or user_id,
+                    "plan_id": plan_id,
+                    "op": gate_id,
+                    "reason": refusal.code,
+                    "details": {"token_ref": th[:12]},
+                },
+            )
+        raise refusal
+
+    def _diagnose(
+        self,
+        c: Connection,
+        th: str,
+        now: datetime,
+        *,
+        plan_hash: str,
+        gate_id: str,
+        user_id: str,
+        required: Sequence[str],
+    ) -> ApprovalError:
+        t = c.execute(
+            text("SELECT * FROM approval_tokens WHERE token_hash = :h"), {"h": th}
+        ).first()
+        if t is None:
+            return TokenUnknownError("no such approval token")
+        if t.plan_hash != plan_hash:
+            return TokenPlanMismatchError(
+                f"the token approves another plan (hash {t.plan_hash[:12]}…), not {plan_hash[:12]}…"
+            )
+        if t.gate_id != gate_id:
+            return TokenGateMismatchError(f"the token approves {t.gate_id}, not {gate_id}")
+        if t.user_id != user_id:
+            return TokenUserMismatchError("the token was issued to another user")
+        if t.consumed_at is not None:
+            return TokenReusedError(f"the token for {gate_id} was already used")
+        decided = c.execute(
+            text("SELECT decision FROM gate_decisions WHERE plan_id = :p AND gate_id = :g"),
+            {"p": t.plan_id, "g": gate_id},
+        ).first()
+        if decided is not None and decided.decision == "rejected":
+            return GateDecidedError(f"{gate_id} was rejected")
+        if t.expires_at <= now:
+            return TokenExpiredError(
+                f"the token for {gate_id} expired at {t.expires_at.isoformat()}"
+            )
+        missing = sorted(set(required) - set(t.scopes))
+        return TokenScopeError(f"the token for {gate_id} lacks scope(s) {missing}")
+
+    def reject(
+        self, *, plan_id: str, plan_hash: str, gate_id: str, user_id: str, reason: str | None = None
+    ) -> None:
+        """The person rejected this gate: it stays rejected; its tokens no longer redeem."""
+        self._check(plan_id, plan_hash, gate_id, user_id)
+        with self.db.tx() as c:
+            done = c.execute(
+                text(
+                    """
+                    INSERT INTO gate_decisions (plan_id, gate_id, plan_hash, user_id, decision, reason, decided_at)
+                    VALUES (:p, :g, :ph, :u, 'rejected', :r, :now)
+                    ON CONFLICT (plan_id, gate_id) DO NOTHING RETURNING plan_id
+                    """
+                ),
+                {
+                    "p": plan_id,
+                    "g": gate_id,
+                    "ph": plan_hash,
+                    "u": user_id,
+                    "r": (reason or "")[:500] or None,
+                    "now": self._clock(),
+                },
+            ).first()
+            if done is None:
+                raise GateDecidedError(f"{gate_id} of plan {plan_id} was already decided")
+            self._audit.append(
+                c,
+                {
+                    "kind": "gate_rejected",
+                    "status": "rejected",
+                    "actor": user_id,
+                    "plan_id": plan_id,
+                    "op": gate_id,
+                    "reason": (reason or None) and reason[:500],
+                },
+            )
+
+    def decision(self, plan_id: str, gate_id: str) -> GateDecision | None:
+        """The recorded decision at a gate, if any."""
+        with self.db.tx() as c:
+            r = c.execute(
+                text("SELECT * FROM gate_decisions WHERE plan_id = :p AND gate_id = :g"),
+                {"p": plan_id, "g": gate_id},
+            ).first()
+        if r is None:
+            return None
+        return GateDecision(
+            plan_id=r.plan_id,
+            gate_id=r.gate_id,
+            user_id=r.user_id,
+            decision=r.decision,
+            choice=r.choice,
+            reason=r.reason,
+        )

@@ -1,0 +1,71 @@
+"""Approval errors: one per way a token can fail to prove an approval (each audited)."""
+
+from __future__ import annotations
+
+from countersign.kernel import CountersignError
+
+__all__ = [
+    "ApprovalError",
+    "GateDecidedError",
+    "TokenExpiredError",
+    "TokenGateMismatchError",
+    "TokenPlanMismatchError",
+    "TokenReusedError",
+    "TokenScopeError",
+    "TokenUnknownError",
+    "TokenUserMismatchError",
+]
+
+
+class ApprovalError(CountersignError):
+    """A gate approval could not be given or proven."""
+
+    code = "approval_error"
+
+
+class TokenUnknownError(ApprovalError):
+    """No such token was ever issued."""
+
+    code = "token_unknown"
+
+
+class TokenPlanMismatchError(ApprovalError):
+    """The token approves another plan (another plan hash)."""
+
+    code = "token_wrong_plan"
+
+
+class TokenGateMismatchError(ApprovalError):
+    """The token approves another gate of the plan."""
+
+    code = "token_wrong_gate"
+
+
+class TokenUserMismatchError(ApprovalError):
+    """The token was issued to another user."""
+
+    code = "token_wrong_user"
+
+
+class TokenExpiredError(ApprovalError):
+    """The token's time ran out."""
+
+    code = "token_expired"
+
+
+class TokenReusedError(ApprovalError):
+    """The token was already used (single use)."""
+
+    code = "token_reused"
+
+
+class TokenScopeError(ApprovalError):
+    """The token lacks a scope the write needs."""
+
+    code = "token_missing_scope"
+
+
+class GateDecidedError(ApprovalError):
+    """The gate was already rejected; it cannot be approved any more."""
+
+    code = "gate_already_decided"

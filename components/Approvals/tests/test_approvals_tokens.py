@@ -1,0 +1,165 @@
+"""Approval tokens on the real Postgres: single use under concurrency, binding, expiry, audit."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from countersign.approvals import (
+    ApprovalError,
+    Approvals,
+    GateDecidedError,
+    TokenExpiredError,
+    TokenGateMismatchError,
+    TokenPlanMismatchError,
+    TokenReusedError,
+    TokenScopeError,
+    TokenUnknownError,
+    TokenUserMismatchError,
+)
+from countersign.audit import AuditLog
+from countersign.kernel import InputError
+from countersign.storage import Database
+
+PLAN = "01JDQ3Z0000000000000000001"
+H1, H2 = "a" * 64, "b" * 64
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _issue(a: Approvals, **kw: Any) -> str:
+    args: dict[str, Any] = {
+        "plan_id": PLAN,
+        "plan_hash": H1,
+        "gate_id": "gate-A",
+        "user_id": "alice",
+        "scopes": ["calendar.write"],
+        "ttl_s": 300,
+        "choice": {"start": "S"},
+    }
+    args.update(kw)
+    return a.issue(**args).token
+
+
+def _redeem(a: Approvals, token: str, **kw: Any) -> Any:
+    args: dict[str, Any] = {
+        "plan_id": PLAN,
+        "plan_hash": H1,
+        "gate_id": "gate-A",
+        "user_id": "alice",
+        "required_scopes": ["calendar.write"],
+    }
+    args.update(kw)
+    return a.redeem(token, **args)
+
+
+def test_fifty_concurrent_redemptions_one_success(db: Database) -> None:
+    a = Approvals(db)
+    token = _issue(a)
+    barrier = threading.Barrier(50)
+    results: list[str] = []
+    lock = threading.Lock()
+
+    def go() -> None:
+        barrier.wait()
+        try:
+            _redeem(a, token)
+            out = "ok"
+        except TokenReusedError:
+            out = "reused"
+        with lock:
+            results.append(out)
+
+    threads = [threading.Thread(target=go) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count("ok") == 1 and results.count("reused") == 49
+    with db.tx() as c:
+        kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
+        assert kinds.count("gate_approved") == 1 and kinds.count("token_refused") == 49
+        assert AuditLog().verify(c).ok
+
+
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [
+        ({"plan_hash": H2}, TokenPlanMismatchError),
+        ({"gate_id": "gate-B"}, TokenGateMismatchError),
+        ({"user_id": "mallory"}, TokenUserMismatchError),
+        ({"required_scopes": ["calendar.write", "mail.send"]}, TokenScopeError),
+    ],
+)
+def test_binding_refusals_each_distinct_and_audited(
+    db: Database, override: dict[str, Any], error: type[ApprovalError]
+) -> None:
+    a = Approvals(db)
+    token = _issue(a)
+    with pytest.raises(error):
+        _redeem(a, token, **override)
+    # the refusal did not spend the token: the right redemption still works
+    assert _redeem(a, token).choice == {"start": "S"}
+    with db.tx() as c:
+        row = c.execute(text("SELECT reason FROM audit_log WHERE kind = 'token_refused'")).one()
+        assert row.reason == error.code
+
+
+def test_unknown_reused_expired(db: Database) -> None:
+    clock = Clock()
+    a = Approvals(db, clock=clock)
+    with pytest.raises(TokenUnknownError):
+        _redeem(a, "cst_" + "x" * 43)
+    token = _issue(a)
+    _redeem(a, token)
+    with pytest.raises(TokenReusedError):
+        _redeem(a, token)
+    late = _issue(a, ttl_s=60)
+    clock.now += timedelta(seconds=61)
+    with pytest.raises(TokenExpiredError):
+        _redeem(a, late)
+
+
+def test_token_is_stored_only_as_hash(db: Database) -> None:
+    a = Approvals(db)
+    token = _issue(a)
+    with db.tx() as c:
+        dump = " ".join(str(r) for r in c.execute(text("SELECT * FROM approval_tokens")).all())
+        dump += " ".join(str(r) for r in c.execute(text("SELECT * FROM audit_log")).all())
+    assert token not in dump and token[4:] not in dump
+
+
+def test_rejected_gate_stays_rejected(db: Database) -> None:
+    a = Approvals(db)
+    token = _issue(a)
+    a.reject(plan_id=PLAN, plan_hash=H1, gate_id="gate-A", user_id="alice", reason="not this week")
+    with pytest.raises(GateDecidedError):
+        _redeem(a, token)
+    with pytest.raises(GateDecidedError):
+        _issue(a)
+    with pytest.raises(GateDecidedError):
+        a.reject(plan_id=PLAN, plan_hash=H1, gate_id="gate-A", user_id="alice")
+    d = a.decision(PLAN, "gate-A")
+    assert d is not None and d.decision == "rejected" and d.reason == "not this week"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [{"plan_id": "short"}, {"plan_hash": "XYZ"}, {"gate_id": "A"}, {"user_id": ""}, {"ttl_s": 0}],
+)
+def test_bad_input_leaves_no_rows(db: Database, override: dict[str, Any]) -> None:
+    with pytest.raises(InputError):
+        _issue(Approvals(db), **override)
+    with db.tx() as c:
+        assert c.execute(text("SELECT count(*) FROM approval_tokens")).scalar() == 0
+        assert c.execute(text("SELECT count(*) FROM audit_log")).scalar() == 0

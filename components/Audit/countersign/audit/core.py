@@ -1,0 +1,191 @@
+"""The audit log: append-only, one row per decision, each row carrying the hash of the previous.
+
+``row_hash = sha256(canonical JSON of {seq, ts, kind, plan_id, step, op, status, actor, reason,
+latency_ms, retries, details, prev_hash})``; the first row's ``prev_hash`` is 64 zeros. The
+``audit_head`` row keeps the last sequence number and hash, so deleting the newest rows is
+detected too. Appends serialize on the head row (``SELECT … FOR UPDATE``), so concurrent writers
+never fork the chain; an append runs inside the caller's transaction, so a decision and its audit
+row commit or roll back together.
+
+Only derived facts go in: ``details`` refuses keys that name secrets or private content.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import Field, JsonValue, field_validator
+from sqlalchemy import Connection, text
+
+from countersign.kernel import Contract, canonical_bytes, format_utc, parse_contract, sha256_hex
+
+__all__ = ["ZERO_HASH", "AuditEntry", "AuditLog", "ChainReport", "row_hash"]
+
+ZERO_HASH = "0" * 64
+_FORBIDDEN = re.compile(
+    r"(token|password|secret|api_?key|seed|private|body|content)$", re.IGNORECASE
+)
+
+
+class AuditEntry(Contract):
+    """One decision."""
+
+    kind: str = Field(pattern=r"^[a-z][a-z_.]{2,47}$")
+    status: str = Field(min_length=1, max_length=32)
+    actor: str = Field(min_length=1, max_length=128)
+    plan_id: str | None = Field(default=None, max_length=26)
+    step: int | None = Field(default=None, ge=0)
+    op: str | None = Field(default=None, max_length=160)
+    reason: str | None = Field(default=None, max_length=500)
+    latency_ms: int | None = Field(default=None, ge=0)
+    retries: int = Field(default=0, ge=0)
+    details: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("details")
+    @classmethod
+    def _derived_only(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        for key in v:
+            if _FORBIDDEN.search(key):
+                raise ValueError(
+                    f"details.{key}: secrets and private content never go in the audit log"
+                )
+        if len(canonical_bytes(v)) > 4096:
+            raise ValueError("details: at most 4 KB of derived facts")
+        return v
+
+
+def row_hash(fields: dict[str, Any]) -> str:
+    """The hash of one row's content (including its ``prev_hash``)."""
+    return sha256_hex(canonical_bytes(fields))
+
+
+def _fields(seq: int, ts: str, e: dict[str, Any], prev: str) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "ts": ts,
+        "kind": e["kind"],
+        "plan_id": e.get("plan_id"),
+        "step": e.get("step"),
+        "op": e.get("op"),
+        "status": e["status"],
+        "actor": e["actor"],
+        "reason": e.get("reason"),
+        "latency_ms": e.get("latency_ms"),
+        "retries": e.get("retries", 0),
+        "details": e.get("details", {}),
+        "prev_hash": prev,
+    }
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """What ``verify`` found."""
+
+    ok: bool
+    rows: int
+    first_bad_seq: int | None = None
+    reason: str | None = None
+
+
+class AuditLog:
+    """Appends and verifies the chain. ``clock`` is injected (tests pin time)."""
+
+    def __init__(self, *, clock: Callable[[], datetime] | None = None) -> None:
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def append(self, conn: Connection, entry: AuditEntry | dict[str, Any]) -> int:
+        """Append one row inside the caller's transaction; returns its sequence number."""
+        e = (
+            entry
+            if isinstance(entry, AuditEntry)
+            else parse_contract(AuditEntry, entry, what="audit entry")
+        )
+        head = conn.execute(
+            text("SELECT seq, last_hash FROM audit_head WHERE id = 1 FOR UPDATE")
+        ).one()
+        seq, prev = int(head.seq) + 1, str(head.last_hash)
+        ts = format_utc(self._clock())
+        data = e.model_dump(mode="json")
+        fields = _fields(seq, ts, data, prev)
+        h = row_hash(fields)
+        conn.execute(
+            text(
+                """
+                WITH ins AS (
+                  INSERT INTO audit_log (seq, ts, kind, plan_id, step, op, status, actor, reason,
+                                         latency_ms, retries, details, prev_hash, row_hash)
+                  VALUES (:seq, :ts, :kind, :plan_id, :step, :op, :status, :actor, :reason,
+                          :latency_ms, :retries, CAST(:details AS jsonb), :prev_hash, :row_hash)
+                  RETURNING seq)
+                UPDATE audit_head SET seq = (SELECT seq FROM ins), last_hash = :row_hash WHERE id = 1
+                """
+            ),
+            {**fields, "details": canonical_bytes(fields["details"]).decode(), "row_hash": h},
+        )
+        return seq
+
+    def rows(
+        self, conn: Connection, *, plan_id: str | None = None, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """Recent rows (oldest first), optionally for one plan."""
+        where = "WHERE plan_id = :plan_id" if plan_id else ""
+        result = conn.execute(
+            text(f"SELECT * FROM audit_log {where} ORDER BY seq DESC LIMIT :limit"),  # noqa: S608 - fixed text
+            {"plan_id": plan_id, "limit": limit},
+        )
+        return [dict(r._mapping) for r in reversed(result.all())]
+
+    def verify(self, conn: Connection, *, batch: int = 5000) -> ChainReport:
+        """Walk the whole chain; the first row that does not hold, and why."""
+        prev, expected_seq, count = ZERO_HASH, 1, 0
+        for r in _scan(conn, batch):
+            if r["seq"] != expected_seq:
+                return ChainReport(
+                    False,
+                    count,
+                    expected_seq,
+                    f"row {expected_seq} is missing (next row is {r['seq']})",
+                )
+            if r["prev_hash"] != prev:
+                return ChainReport(
+                    False,
+                    count,
+                    r["seq"],
+                    "prev_hash does not match the previous row (a row was deleted or inserted)",
+                )
+            fields = _fields(r["seq"], format_utc(r["ts"]), r, prev)
+            if row_hash(fields) != r["row_hash"]:
+                return ChainReport(
+                    False,
+                    count,
+                    r["seq"],
+                    "row content does not match its hash (the row was changed)",
+                )
+            prev, expected_seq, count = r["row_hash"], expected_seq + 1, count + 1
+        head = conn.execute(text("SELECT seq, last_hash FROM audit_head WHERE id = 1")).one()
+        if int(head.seq) != count or head.last_hash != prev:
+            return ChainReport(
+                False,
+                count,
+                count + 1,
+                f"the head says {head.seq} rows but {count} are there (newest rows deleted)",
+            )
+        return ChainReport(True, count)
+
+
+def _scan(conn: Connection, batch: int) -> Iterator[dict[str, Any]]:
+    after = 0
+    while True:
+        rows = conn.execute(
+            text("SELECT * FROM audit_log WHERE seq > :after ORDER BY seq LIMIT :n"),
+            {"after": after, "n": batch},
+        ).all()
+        if not rows:
+            return
+        for r in rows:
+            yield dict(r._mapping)
+        after = rows[-1].seq

@@ -1,0 +1,127 @@
+"""The audit chain detects a changed, deleted or inserted row, and names the first broken one."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import text
+
+from countersign.audit import AuditEntry, AuditLog
+from countersign.kernel import ContractError
+from countersign.storage import Database
+
+
+def _fill(db: Database, n: int) -> None:
+    log = AuditLog()
+    for i in range(n):
+        with db.tx() as c:
+            log.append(
+                c,
+                {
+                    "kind": "step_finished",
+                    "status": "ok",
+                    "actor": "test",
+                    "plan_id": "01JDQ3Z0000000000000000001",
+                    "step": i,
+                    "latency_ms": 5,
+                },
+            )
+
+
+def _verify(db: Database) -> tuple[bool, int | None, str | None]:
+    with db.tx() as c:
+        r = AuditLog().verify(c)
+    return r.ok, r.first_bad_seq, r.reason
+
+
+def test_intact_chain(db: Database) -> None:
+    _fill(db, 10)
+    assert _verify(db) == (True, None, None)
+
+
+def test_changed_row(db: Database) -> None:
+    _fill(db, 10)
+    with db.tx() as c:
+        c.execute(text("UPDATE audit_log SET status = 'error' WHERE seq = 4"))
+    ok, bad, why = _verify(db)
+    assert not ok and bad == 4 and "changed" in (why or "")
+
+
+def test_deleted_row(db: Database) -> None:
+    _fill(db, 10)
+    with db.tx() as c:
+        c.execute(text("DELETE FROM audit_log WHERE seq = 6"))
+    ok, bad, _ = _verify(db)
+    assert not ok and bad == 6
+
+
+def test_deleted_newest_rows(db: Database) -> None:
+    _fill(db, 10)
+    with db.tx() as c:
+        c.execute(text("DELETE FROM audit_log WHERE seq >= 9"))
+    ok, bad, why = _verify(db)
+    assert not ok and bad == 9 and "newest" in (why or "")
+
+
+def test_inserted_row(db: Database) -> None:
+    _fill(db, 5)
+    with db.tx() as c:
+        c.execute(text("UPDATE audit_log SET seq = seq + 1000 WHERE seq >= 3"))
+        c.execute(text("UPDATE audit_log SET seq = seq - 999 WHERE seq >= 1000"))
+        c.execute(
+            text(
+                "INSERT INTO audit_log (seq, ts, kind, status, actor, retries, details, prev_hash, row_hash) "
+                "SELECT 3, ts, 'gate_approved', 'ok', 'mallory', 0, '{}', prev_hash, row_hash FROM audit_log WHERE seq = 2"
+            )
+        )
+    ok, bad, _ = _verify(db)
+    assert not ok and bad == 3
+
+
+def test_concurrent_appends_never_fork(db: Database) -> None:
+    log = AuditLog()
+
+    def go() -> None:
+        for _ in range(20):
+            with db.tx() as c:
+                log.append(c, {"kind": "step_started", "status": "ok", "actor": "t"})
+
+    threads = [threading.Thread(target=go) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ok, _, _ = _verify(db)
+    assert ok
+    with db.tx() as c:
+        assert c.execute(text("SELECT count(*) FROM audit_log")).scalar() == 160
+
+
+def test_append_rolls_back_with_the_decision(db: Database) -> None:
+    with pytest.raises(RuntimeError), db.tx() as c:
+        AuditLog().append(c, {"kind": "gate_approved", "status": "ok", "actor": "a"})
+        raise RuntimeError("the decision failed")
+    with db.tx() as c:
+        assert c.execute(text("SELECT count(*) FROM audit_log")).scalar() == 0
+    assert _verify(db)[0]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"kind": "x", "status": "ok", "actor": "a"},
+        {"kind": "gate_approved", "status": "ok", "actor": "a", "details": {"token": "cst_abc"}},
+        {"kind": "gate_approved", "status": "ok", "actor": "a", "details": {"email_body": "hi"}},
+        {"kind": "gate_approved", "status": "ok", "actor": "a", "colour": "red"},
+    ],
+)
+def test_bad_entries_refused_without_rows(db: Database, entry: dict[str, object]) -> None:
+    with pytest.raises(ContractError), db.tx() as c:
+        AuditLog().append(c, entry)
+    with db.tx() as c:
+        assert c.execute(text("SELECT count(*) FROM audit_log")).scalar() == 0
+
+
+def test_entry_model_is_public() -> None:
+    assert AuditEntry(kind="plan_signed", status="ok", actor="planner").retries == 0

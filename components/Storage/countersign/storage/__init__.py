@@ -1,0 +1,32 @@
+"""Storage: PostgreSQL (+pgvector) for signed plans, approvals, the idempotency ledger, history."""
+
+from .db import Database, alembic_config, embedded_url
+from .errors import (
+    IdempotencyMismatchError,
+    InProgressError,
+    LedgerStateError,
+    OutcomeUnknownError,
+    PlanConflictError,
+    SchemaTooNewError,
+    StorageError,
+    StorageInputError,
+)
+from .idempotency import Claim, IdempotencyLedger
+from .plans import PlanStore
+
+__all__ = [
+    "Claim",
+    "Database",
+    "IdempotencyLedger",
+    "IdempotencyMismatchError",
+    "InProgressError",
+    "LedgerStateError",
+    "OutcomeUnknownError",
+    "PlanConflictError",
+    "PlanStore",
+    "SchemaTooNewError",
+    "StorageError",
+    "StorageInputError",
+    "alembic_config",
+    "embedded_url",
+]

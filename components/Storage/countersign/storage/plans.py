@@ -1,0 +1,194 @@
+"""Signed plans, per-step status and preview fingerprints."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import text
+
+from countersign.kernel import Plan, SignatureEnvelope
+
+from .db import Database
+from .errors import PlanConflictError, StorageInputError
+
+__all__ = ["PlanStore"]
+
+_STATUSES = {
+    "signed",
+    "previewed",
+    "executing",
+    "waiting",
+    "completed",
+    "failed",
+    "rejected",
+    "stale",
+}
+
+
+class PlanStore:
+    """Signed plans as signed: canonical bytes, envelope, hash, provenance, status."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], datetime] | None = None) -> None:
+        self.db = db
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def save_signed(
+        self, plan: Plan, envelope: SignatureEnvelope, plan_hash: str, canonical: bytes
+    ) -> bool:
+        """Store a verified plan. Idempotent: the same plan again is a no-op (False).
+
+        Raises:
+            PlanConflictError: the plan id is stored with another hash.
+        """
+        now = self._clock()
+        with self.db.tx() as c:
+            inserted = c.execute(
+                text(
+                    """
+                    INSERT INTO plans (plan_id, plan_hash, canonical, envelope, user_id, intent,
+                                       registry_version, policy_version, status, created_at, updated_at)
+                    VALUES (:plan_id, :plan_hash, :canonical, CAST(:envelope AS jsonb), :user_id, :intent,
+                            :rv, :pv, 'signed', :now, :now)
+                    ON CONFLICT (plan_id) DO NOTHING
+                    RETURNING plan_id
+                    """
+                ),
+                {
+                    "plan_id": plan.plan_id,
+                    "plan_hash": plan_hash,
+                    "canonical": canonical,
+                    "envelope": json.dumps(envelope.to_json()),
+                    "user_id": plan.intent.user_id,
+                    "intent": plan.intent.intent,
+                    "rv": plan.meta.registry_version,
+                    "pv": plan.meta.policy_version,
+                    "now": now,
+                },
+            ).first()
+            if inserted is None:
+                existing = c.execute(
+                    text("SELECT plan_hash FROM plans WHERE plan_id = :p"), {"p": plan.plan_id}
+                ).scalar_one()
+                if existing != plan_hash:
+                    raise PlanConflictError(
+                        f"plan {plan.plan_id} is stored with hash {existing[:16]}…, not {plan_hash[:16]}…"
+                    )
+                return False
+            for s in plan.graph:
+                c.execute(
+                    text(
+                        "INSERT INTO plan_steps (plan_id, step, status, updated_at) "
+                        "VALUES (:p, :s, 'pending', :now)"
+                    ),
+                    {"p": plan.plan_id, "s": s.step, "now": now},
+                )
+            return True
+
+    def get(self, plan_id: str) -> dict[str, Any] | None:
+        """The plan row and its steps, or None."""
+        with self.db.tx() as c:
+            row = c.execute(text("SELECT * FROM plans WHERE plan_id = :p"), {"p": plan_id}).first()
+            if row is None:
+                return None
+            steps = c.execute(
+                text(
+                    "SELECT step, status, output, fingerprint, updated_at FROM plan_steps WHERE plan_id = :p ORDER BY step"
+                ),
+                {"p": plan_id},
+            ).all()
+        out = dict(row._mapping)
+        out["canonical"] = bytes(out["canonical"])
+        out["steps"] = [dict(s._mapping) for s in steps]
+        return out
+
+    def signed_document(self, plan_id: str) -> dict[str, Any] | None:
+        """The signed-plan document rebuilt from the stored bytes (re-verify before use)."""
+        row = self.get(plan_id)
+        if row is None:
+            return None
+        return {
+            "plan": json.loads(row["canonical"]),
+            "signature": row["envelope"],
+            "plan_hash": row["plan_hash"],
+        }
+
+    def set_status(self, plan_id: str, status: str) -> None:
+        """Set the plan's status."""
+        if status not in _STATUSES:
+            raise StorageInputError(f"plan status {status!r} is not one of {sorted(_STATUSES)}")
+        with self.db.tx() as c:
+            n = c.execute(
+                text("UPDATE plans SET status = :s, updated_at = :now WHERE plan_id = :p"),
+                {"s": status, "now": self._clock(), "p": plan_id},
+            ).rowcount
+        if n != 1:
+            raise StorageInputError(f"no plan {plan_id!r}")
+
+    def set_step(
+        self,
+        plan_id: str,
+        step: int,
+        status: str,
+        *,
+        output: Any = None,
+        fingerprint: str | None = None,
+    ) -> None:
+        """Record a step's status (and output / fingerprint when given)."""
+        with self.db.tx() as c:
+            n = c.execute(
+                text(
+                    """
+                    UPDATE plan_steps SET status = :st, updated_at = :now,
+                      output = COALESCE(CAST(:out AS jsonb), output),
+                      fingerprint = COALESCE(:fp, fingerprint)
+                    WHERE plan_id = :p AND step = :s
+                    """
+                ),
+                {
+                    "st": status,
+                    "now": self._clock(),
+                    "out": None if output is None else json.dumps(output),
+                    "fp": fingerprint,
+                    "p": plan_id,
+                    "s": step,
+                },
+            ).rowcount
+        if n != 1:
+            raise StorageInputError(f"no step {step} in plan {plan_id!r}")
+
+    def save_preview(
+        self, plan_id: str, outputs: Mapping[int, Any], fingerprints: Mapping[int, str]
+    ) -> None:
+        """Store what each preview read returned and its fingerprint (one transaction)."""
+        now = self._clock()
+        with self.db.tx() as c:
+            for n, fp in fingerprints.items():
+                k = c.execute(
+                    text(
+                        "UPDATE plan_steps SET status = 'previewed', output = CAST(:o AS jsonb), "
+                        "fingerprint = :fp, updated_at = :now WHERE plan_id = :p AND step = :s"
+                    ),
+                    {"o": json.dumps(outputs.get(n)), "fp": fp, "now": now, "p": plan_id, "s": n},
+                ).rowcount
+                if k != 1:
+                    raise StorageInputError(f"no step {n} in plan {plan_id!r}")
+            c.execute(
+                text(
+                    "UPDATE plans SET status = 'previewed', updated_at = :now WHERE plan_id = :p AND status = 'signed'"
+                ),
+                {"now": now, "p": plan_id},
+            )
+
+    def preview_of(self, plan_id: str) -> tuple[dict[int, Any], dict[int, str]]:
+        """The stored preview outputs and fingerprints of a plan's reads."""
+        with self.db.tx() as c:
+            rows = c.execute(
+                text(
+                    "SELECT step, output, fingerprint FROM plan_steps WHERE plan_id = :p AND fingerprint IS NOT NULL"
+                ),
+                {"p": plan_id},
+            ).all()
+        return {r.step: r.output for r in rows}, {r.step: r.fingerprint for r in rows}

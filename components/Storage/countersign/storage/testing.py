@@ -1,0 +1,42 @@
+"""Pytest plugin: one embedded PostgreSQL (or ``DATABASE_URL``) for the whole run.
+
+``pg_url`` (session): the database URL, migrated to head. ``db`` (per test): a ``Database`` on
+it with every table emptied and the audit chain reset, so tests do not see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+
+from .db import Database, embedded_url
+
+__all__ = ["db", "pg_url"]
+
+_TABLES = (
+    "plan_library, outcomes, audit_log, idempotency_keys, gate_decisions, approval_tokens, "
+    "plan_steps, plans, profile_prefs, consents"
+)
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PostgreSQL with pgvector, migrated; embedded unless DATABASE_URL is set."""
+    url = os.environ.get("DATABASE_URL") or embedded_url(tmp_path_factory.mktemp("pg"))
+    database = Database.from_url(url)
+    database.dispose()
+    yield url
+
+
+@pytest.fixture
+def db(pg_url: str) -> Iterator[Database]:
+    """A migrated database with empty tables."""
+    database = Database.from_url(pg_url, migrate=False)
+    with database.tx() as c:
+        c.execute(text(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE"))
+        c.execute(text("UPDATE audit_head SET seq = 0, last_hash = repeat('0', 64) WHERE id = 1"))
+    yield database
+    database.dispose()
