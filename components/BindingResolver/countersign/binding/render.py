@@ -205,7 +205,8 @@ def normalize_output(kind: str, item: Mapping[str, Any], args: Mapping[str, Any]
     HTTP Request nodes run with ``fullResponse`` (``{statusCode, headers, body}``); other nodes
     return their item as it is.
     """
-    body = item.get("body", item) if "statusCode" in item else item
+    # HTTP Request with fullResponse: {statusCode, headers, body} (JSON) or {…, data} (text format)
+    body = item.get("body", item.get("data", "")) if "statusCode" in item else item
     if kind == "status":
         return {"status": item.get("statusCode")}
     if kind == "text":

@@ -9,9 +9,13 @@ from .core import (
     stale_changes,
     write_specs,
 )
+from .orchestrator import ExecuteRefusedError, ExecuteReport, Executor
 
 __all__ = [
     "Change",
+    "ExecuteRefusedError",
+    "ExecuteReport",
+    "Executor",
     "StaleWorldError",
     "WriteSpec",
     "compensation_steps",

@@ -67,11 +67,15 @@ class N8nClient:
     ) -> Any:
         delay = self._backoff
         last: Exception | None = None
-        for attempt in range(self._attempts):
+        sent = False  # did any attempt possibly reach n8n? (a write may then have happened)
+        # a webhook can answer 404 for ~1 s after activation (asynchronous registration)
+        attempts = max(self._attempts, 8) if retry_404 else self._attempts
+        for attempt in range(attempts):
             try:
                 r = await self._http.request(method, url, json=json, params=params, headers=headers)
             except httpx.TransportError as e:
-                last = N8nUnavailableError(f"n8n {operation}: {type(e).__name__}: {e}")
+                sent = sent or not isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
+                last = N8nUnavailableError(f"n8n {operation}: {type(e).__name__}: {e}", sent=sent)
             else:
                 if r.status_code < 400:
                     if not r.content:
@@ -83,11 +87,14 @@ class N8nClient:
                 err = N8nApiError(operation, r.status_code, r.text)
                 if r.status_code < 500 and not (retry_404 and r.status_code == 404):
                     raise err
+                sent = sent or r.status_code != 404
                 last = err
-            if attempt + 1 < self._attempts:
+            if attempt + 1 < attempts:
                 await asyncio.sleep(delay * (1 + random.random()))  # noqa: S311 - jitter only
-                delay *= 2
+                delay = min(delay * 2, 1.0)
         assert last is not None
+        if isinstance(last, N8nUnavailableError):
+            raise N8nUnavailableError(last.message, sent=sent)
         raise last
 
     # ---- workflows ------------------------------------------------------------------------------

@@ -25,6 +25,12 @@ class N8nUnavailableError(N8nError):
     code = "n8n_unavailable"
     retryable = True
 
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        #: False only when the request provably never left (connection refused / connect
+        #: timeout): then a write guarded by the idempotency ledger had no effect.
+        self.sent = sent
+
 
 class N8nApiError(N8nError):
     """n8n answered with an error status; carries the status and a body excerpt (no secrets)."""

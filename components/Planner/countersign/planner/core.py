@@ -330,7 +330,7 @@ def _provider(t: StepTemplate, policy: Policy, intent: str) -> str:
     return uses
 
 
-def _substitute(  # noqa: PLR0917 - a recursive helper over one context
+def _substitute(
     v: JsonValue,
     intent: Intent,
     entities: Mapping[str, JsonValue],

@@ -1,5 +1,6 @@
 """PreviewOrchestrator: verified, read-only previews on n8n, with fingerprints of what was read."""
 
+from .adapters import N8nTransport, StoreRecorder
 from .core import (
     PreviewRecorder,
     PreviewRefusedError,
@@ -13,11 +14,13 @@ from .runner import N8nStepRunner, StepFailedError, StepTransport, run_dag
 
 __all__ = [
     "N8nStepRunner",
+    "N8nTransport",
     "PreviewRecorder",
     "PreviewRefusedError",
     "PreviewResult",
     "StepFailedError",
     "StepTransport",
+    "StoreRecorder",
     "fingerprint",
     "preview_steps",
     "run_dag",

@@ -58,8 +58,9 @@ class PreviewRecorder(Protocol):
         latency_ms: int,
         status: str,
         reason: str | None,
+        outputs: Mapping[int, Any] | None = None,
     ) -> None:
-        """Store the fingerprints and audit the preview."""
+        """Store the outputs and fingerprints and audit the preview."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,9 @@ async def run_preview(
     ms = int((time.perf_counter() - t0) * 1000)
     prints = {n: fingerprint(o) for n, o in outputs.items()}
     ok = all(_ok(o) for o in outputs.values())
-    recorder.preview_done(verified, prints, actor=actor, latency_ms=ms, status="ok", reason=None)
+    recorder.preview_done(
+        verified, prints, actor=actor, latency_ms=ms, status="ok", reason=None, outputs=outputs
+    )
     wrapper = PreviewWrapper(
         normalized={
             "plan_id": plan.plan_id,

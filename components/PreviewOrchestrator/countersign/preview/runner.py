@@ -20,7 +20,7 @@ from countersign.registry import Registry
 from countersign.workflowbuilder import (
     CredentialRef,
     StepWorkflow,
-    build_step_workflow,
+    build_workflow_for_step,
     webhook_path,
 )
 
@@ -120,8 +120,8 @@ class N8nStepRunner:
     ) -> Any:
         """Run one step; its normalized output (a write's output includes the HTTP status)."""
         if step.step not in self._deployed:
-            wf = build_step_workflow(
-                self.plan, self.plan_hash, step.step, self.registry, credentials=self.credentials
+            wf = build_workflow_for_step(
+                self.plan, self.plan_hash, step, self.registry, credentials=self.credentials
             )
             await self.transport.deploy(wf)
             self._deployed.add(step.step)

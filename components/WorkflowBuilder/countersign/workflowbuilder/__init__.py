@@ -7,6 +7,7 @@ from .core import (
     StepWorkflow,
     build_plan_workflow,
     build_step_workflow,
+    build_workflow_for_step,
     read_only_violations,
     webhook_path,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "StepWorkflow",
     "build_plan_workflow",
     "build_step_workflow",
+    "build_workflow_for_step",
     "read_only_violations",
     "webhook_path",
 ]

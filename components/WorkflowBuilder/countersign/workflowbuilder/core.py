@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from countersign.binding import BoundNode, resolve_step, set_path
-from countersign.kernel import BindingError, Plan
+from countersign.kernel import BindingError, Plan, PlanStep
 from countersign.registry import Registry
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "StepWorkflow",
     "build_plan_workflow",
     "build_step_workflow",
+    "build_workflow_for_step",
     "read_only_violations",
     "webhook_path",
 ]
@@ -187,14 +188,28 @@ def build_step_workflow(
     webhook's response.
 
     Raises:
-        BindingError: the step is a gate or durable, or does not bind (names the step).
+        BindingError: the step is a gate or a durable write, or does not bind (names the step).
     """
-    creds = credentials or {}
     s = plan.step(step)
     if s.gate_id is not None:
         raise BindingError(f"step {step} is gate {s.gate_id}; gates are not run as n8n steps")
     if s.mode != "interactive" and not s.dry_run:
         raise BindingError(f"step {step} is a durable write; it runs on Temporal, not n8n")
+    return build_workflow_for_step(plan, plan_hash, s, registry, credentials=credentials)
+
+
+def build_workflow_for_step(
+    plan: Plan,
+    plan_hash: str,
+    s: PlanStep,
+    registry: Registry,
+    *,
+    credentials: Mapping[str, CredentialRef] | None = None,
+) -> StepWorkflow:
+    """Like ``build_step_workflow`` for any step object of this plan, including the
+    compensation steps an execute derives from the registry (they are not in the signed graph)."""
+    creds = credentials or {}
+    step = s.step
     bound = resolve_step(s, registry)
     path = webhook_path(plan.plan_id, plan_hash, step)
     node_name = f"Step {step} {s.uses}.{s.call}"

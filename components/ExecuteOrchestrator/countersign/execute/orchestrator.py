@@ -1,0 +1,396 @@
+"""ExecuteOrchestrator: run a signed plan's interactive writes, each at most once, only with proof.
+
+Order (ExecuteOrchestrator LLD): verify the signature → the plan belongs to the caller → every gate
+guarding a write is proven by a token redeemed now (every execute spends fresh tokens; a second execute of
+a plan therefore needs a new approval, and its writes are then answered from the ledger) → the world the person saw still holds (fresh reads vs. preview fingerprints; skipped
+when resuming an execute that already wrote) → each write claims its idempotency key, runs on n8n,
+records its result → on a failed write, compensations of the writes done, newest first. Every
+decision is audited.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from countersign.approvals import Approvals
+from countersign.audit import AuditLog
+from countersign.binding import resolve_refs
+from countersign.kernel import (
+    BindingError,
+    CountersignError,
+    ExecuteResult,
+    ExecuteWrapper,
+    Plan,
+    PlanStep,
+    content_hash,
+)
+from countersign.n8n import N8nUnavailableError
+from countersign.preview import (
+    N8nStepRunner,
+    StepFailedError,
+    StepTransport,
+    StoreRecorder,
+    run_dag,
+    verify_or_audit,
+)
+from countersign.registry import Registry
+from countersign.signer import KeyLookup, VerifiedPlan
+from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
+from countersign.workflowbuilder import CredentialRef
+
+from .core import (
+    StaleWorldError,
+    WriteSpec,
+    compensation_steps,
+    idempotency_key,
+    stale_changes,
+    write_specs,
+)
+
+__all__ = ["ExecuteRefusedError", "ExecuteReport", "Executor"]
+
+
+class ExecuteRefusedError(CountersignError):
+    """The execute cannot start (wrong user, missing token, no preview, durable steps, …)."""
+
+    code = "execute_refused"
+
+
+@dataclass(frozen=True)
+class ExecuteReport:
+    """What an execute did."""
+
+    plan_id: str
+    status: str
+    wrappers: list[ExecuteWrapper] = field(default_factory=list)
+    compensated: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Executor:
+    """Executes signed plans on n8n against the Postgres ledgers."""
+
+    keys: KeyLookup
+    registry: Registry
+    transport: StepTransport
+    db: Database
+    settings: Mapping[str, str]
+    credentials: Mapping[str, CredentialRef] = field(default_factory=dict)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    owner: str = "executor"
+
+    def __post_init__(self) -> None:
+        self.audit = AuditLog(clock=self.clock)
+        self.recorder = StoreRecorder(self.db, clock=self.clock)
+        self.approvals = Approvals(self.db, clock=self.clock, audit=self.audit)
+        self.ledger = IdempotencyLedger(self.db, clock=self.clock, audit=self.audit)
+
+    def _audit(self, **entry: Any) -> None:
+        with self.db.tx() as c:
+            self.audit.append(c, entry)
+
+    async def execute(
+        self, document: Any, *, user_id: str, tokens: Mapping[str, str] | None = None
+    ) -> ExecuteReport:
+        """Execute the plan's interactive writes.
+
+        Raises:
+            SignatureError: refused and audited; nothing ran.
+            ExecuteRefusedError: another user's plan, a missing token, no preview, durable writes.
+            ApprovalError (subclasses): a token that does not prove the gate; nothing ran.
+            StaleWorldError: what the writes depend on changed since the preview; nothing written.
+            StepFailedError / OutcomeUnknownError: a write failed (compensated) or its outcome is
+                unknown (waiting for reconciliation).
+        """
+        verified = verify_or_audit(document, keys=self.keys, recorder=self.recorder, actor=user_id)
+        plan = verified.plan
+        if plan.intent.user_id != user_id:
+            self._audit(
+                kind="execute_refused",
+                status="refused",
+                actor=user_id,
+                plan_id=plan.plan_id,
+                reason="plan belongs to another user",
+            )
+            raise ExecuteRefusedError(f"plan {plan.plan_id} belongs to another user")
+        self.recorder.remember(verified, actor=user_id)
+        specs = write_specs(plan, self.registry)
+        durable = [w.step for w in specs if plan.step(w.step).mode != "interactive"]
+        if durable:
+            raise ExecuteRefusedError(
+                f"plan {plan.plan_id}: durable write steps {durable} run on Temporal (DurableOrchestrator)"
+            )
+        choices = self._prove_gates(verified, specs, user_id, tokens or {})
+        preview_out, prints = self.recorder.plans.preview_of(plan.plan_id)
+        reads = sorted({r for w in specs for r in w.reads})
+        if reads and not prints:
+            raise ExecuteRefusedError(
+                f"plan {plan.plan_id} has not been previewed; preview it first"
+            )
+        runner = N8nStepRunner(
+            plan=plan,
+            plan_hash=verified.plan_hash,
+            registry=self.registry,
+            transport=self.transport,
+            settings=self.settings,
+            credentials=self.credentials,
+            choices=choices,
+        )
+        # Writes resolve their references from what the person saw at preview time, so the
+        # idempotency key of a write never changes between a first execute and a resumed one.
+        outputs: dict[int, Any] = {n: preview_out[n] for n in preview_out}
+        resumed = any(self._started(plan, plan.step(w.step), outputs, choices) for w in specs)
+        if reads and not resumed:
+            await self._check_stale(plan, runner, reads, prints, preview_out, user_id)
+        return await self._run_writes(verified, specs, runner, outputs, choices, user_id)
+
+    # ---- gates ----------------------------------------------------------------------------------
+    def _prove_gates(
+        self,
+        verified: VerifiedPlan,
+        specs: list[WriteSpec],
+        user_id: str,
+        tokens: Mapping[str, str],
+    ) -> dict[str, Any]:
+        plan = verified.plan
+        choices: dict[str, Any] = {}
+        for gate in sorted({w.gate_id for w in specs}):
+            needed = sorted(
+                {
+                    s
+                    for w in specs
+                    if w.gate_id == gate
+                    for s in self.registry.op(plan.step(w.step).uses, plan.step(w.step).call).scopes
+                }
+            )
+            token = tokens.get(gate)
+            if token is None:
+                self._audit(
+                    kind="execute_refused",
+                    status="refused",
+                    actor=user_id,
+                    plan_id=plan.plan_id,
+                    op=gate,
+                    reason="no approval token for the gate",
+                )
+                raise ExecuteRefusedError(f"plan {plan.plan_id}: {gate} needs an approval token")
+            redeemed = self.approvals.redeem(
+                token,
+                plan_id=plan.plan_id,
+                plan_hash=verified.plan_hash,
+                gate_id=gate,
+                user_id=user_id,
+                required_scopes=needed,
+            )
+            choices[gate] = redeemed.choice
+        return choices
+
+    # ---- staleness ------------------------------------------------------------------------------
+    async def _check_stale(
+        self,
+        plan: Plan,
+        runner: N8nStepRunner,
+        reads: list[int],
+        prints: Mapping[int, str],
+        before: Mapping[int, Any],
+        user_id: str,
+    ) -> None:
+        fresh = await run_dag(plan, reads, runner.run)
+        changes = stale_changes(prints, before, fresh)
+        if changes:
+            self.recorder.plans.set_status(plan.plan_id, "stale")
+            self._audit(
+                kind="execute_refused",
+                status="stale",
+                actor=user_id,
+                plan_id=plan.plan_id,
+                reason="world changed since the preview",
+                details={"changed_steps": [c.step for c in changes]},
+            )
+            raise StaleWorldError(plan.plan_id, changes)
+
+    # ---- writes ---------------------------------------------------------------------------------
+    @staticmethod
+    def _args(
+        step: PlanStep, outputs: Mapping[int, Any], choices: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        resolved: dict[str, Any] = resolve_refs(step.args, outputs, choices)
+        return resolved
+
+    def _started(
+        self, plan: Plan, step: PlanStep, outputs: Mapping[int, Any], choices: Mapping[str, Any]
+    ) -> bool:
+        """Has an earlier execute already claimed this write? (Then skip the staleness check:
+        our own writes changed the world.)"""
+        try:
+            args = self._args(step, outputs, choices)
+        except BindingError:
+            return False  # it reads an earlier write's output: not claimable before that write
+        return self.ledger.state(idempotency_key(plan.plan_id, step.step, args)) is not None
+
+    async def _run_writes(
+        self,
+        verified: VerifiedPlan,
+        specs: list[WriteSpec],
+        runner: N8nStepRunner,
+        outputs: dict[int, Any],
+        choices: Mapping[str, Any],
+        user_id: str,
+    ) -> ExecuteReport:
+        plan = verified.plan
+        store = self.recorder.plans
+        store.set_status(plan.plan_id, "executing")
+        wrappers: dict[int, ExecuteWrapper] = {}
+        done: list[tuple[PlanStep, dict[str, Any], Any]] = []
+
+        async def one(step: PlanStep, known: Mapping[int, Any]) -> Any:
+            args = self._args(step, known, choices)
+            key = idempotency_key(plan.plan_id, step.step, args)
+            claim = self.ledger.claim(key, content_hash(args), owner=self.owner)
+            if claim.state == "completed":
+                wrappers[step.step] = self._wrapper(step, args, claim.result, replay=True)
+                return claim.result
+            self._audit(
+                kind="step_started",
+                status="running",
+                actor=user_id,
+                plan_id=plan.plan_id,
+                step=step.step,
+                op=f"{step.uses}.{step.call}",
+            )
+            t0 = time.perf_counter()
+            self.ledger.mark_sent(key, owner=self.owner)
+            try:
+                out = await runner.run(step, known, idempotency_key=key)
+            except N8nUnavailableError as e:
+                if e.sent:
+                    self.ledger.mark_unknown(key, e.message[:300], owner=self.owner)
+                    raise OutcomeUnknownError(
+                        f"step {step.step}: outcome unknown ({e.code})"
+                    ) from e
+                self.ledger.fail(key, e.message[:300], owner=self.owner)
+                raise StepFailedError(step.step, "n8n unreachable; nothing was sent") from e
+            except CountersignError as e:
+                self.ledger.fail(key, e.message[:300], owner=self.owner)
+                raise StepFailedError(step.step, e.message) from e
+            ms = int((time.perf_counter() - t0) * 1000)
+            status = out.get("status") if isinstance(out, Mapping) else None
+            op = self.registry.op(step.uses, step.call)
+            duplicate = (
+                status == 412 and op.idempotency is not None and op.idempotency.via == "natural_key"
+            )
+            if isinstance(status, int) and not (200 <= status < 300 or duplicate):
+                self.ledger.fail(key, f"provider answered {status}", owner=self.owner)
+                self._audit(
+                    kind="step_failed",
+                    status="error",
+                    actor=user_id,
+                    plan_id=plan.plan_id,
+                    step=step.step,
+                    op=f"{step.uses}.{step.call}",
+                    latency_ms=ms,
+                    reason=f"provider answered {status}",
+                )
+                raise StepFailedError(step.step, f"provider answered {status}")
+            result = {"output": out, "deduplicated": duplicate}
+            self.ledger.complete(key, result, owner=self.owner)
+            store.set_step(plan.plan_id, step.step, "done", output=out)
+            self._audit(
+                kind="step_finished",
+                status="ok",
+                actor=user_id,
+                plan_id=plan.plan_id,
+                step=step.step,
+                op=f"{step.uses}.{step.call}",
+                latency_ms=ms,
+            )
+            done.append((step, args, result))
+            wrappers[step.step] = self._wrapper(step, args, result, replay=duplicate)
+            return result
+
+        steps = [w.step for w in specs]
+        try:
+            await run_dag(plan, steps, one, outputs=outputs)
+        except StepFailedError as e:
+            compensated = await self._compensate(verified, runner, done, user_id)
+            store.set_status(plan.plan_id, "failed")
+            wrappers[e.step] = ExecuteWrapper(
+                provider=plan.step(e.step).uses, status="error", step=e.step, error=e.reason[:300]
+            )
+            return ExecuteReport(
+                plan.plan_id, "failed", [wrappers[k] for k in sorted(wrappers)], compensated
+            )
+        store.set_status(plan.plan_id, "completed")
+        return ExecuteReport(plan.plan_id, "completed", [wrappers[k] for k in sorted(wrappers)])
+
+    def _wrapper(
+        self, step: PlanStep, args: Mapping[str, Any], result: Any, *, replay: bool
+    ) -> ExecuteWrapper:
+        op = self.registry.op(step.uses, step.call)
+        ext: str | None = None
+        if (
+            op.idempotency is not None
+            and op.idempotency.via == "natural_key"
+            and op.idempotency.field
+        ):
+            ext = str(args.get(op.idempotency.field))
+        else:
+            out = result.get("output") if isinstance(result, Mapping) else None
+            if isinstance(out, Mapping):
+                for k in ("id", "messageId", "ts"):
+                    if out.get(k) is not None:
+                        ext = str(out[k])
+                        break
+        return ExecuteWrapper(
+            provider=step.uses,
+            result=ExecuteResult(id=ext),
+            step=step.step,
+            status="skipped" if replay else "created",
+        )
+
+    async def _compensate(
+        self,
+        verified: VerifiedPlan,
+        runner: N8nStepRunner,
+        done: list[tuple[PlanStep, dict[str, Any], Any]],
+        user_id: str,
+    ) -> list[int]:
+        plan = verified.plan
+        undone: list[int] = []
+        originals = {10_000 - s.step: s.step for s, _, _ in done}
+        for comp in compensation_steps(plan, self.registry, done):
+            key = idempotency_key(plan.plan_id, comp.step, comp.args)
+            claim = self.ledger.claim(key, content_hash(comp.args), owner=self.owner)
+            if claim.state == "completed":
+                undone.append(originals[comp.step])
+                continue
+            self.ledger.mark_sent(key, owner=self.owner)
+            try:
+                out = await runner.run(comp, {}, idempotency_key=key)
+            except CountersignError as e:
+                self.ledger.mark_unknown(key, e.message[:300], owner=self.owner)
+                self._audit(
+                    kind="step_compensated",
+                    status="unknown",
+                    actor=user_id,
+                    plan_id=plan.plan_id,
+                    step=originals[comp.step],
+                    op=f"{comp.uses}.{comp.call}",
+                    reason=e.code,
+                )
+                continue
+            self.ledger.complete(key, {"output": out}, owner=self.owner)
+            self._audit(
+                kind="step_compensated",
+                status="ok",
+                actor=user_id,
+                plan_id=plan.plan_id,
+                step=originals[comp.step],
+                op=f"{comp.uses}.{comp.call}",
+            )
+            undone.append(originals[comp.step])
+        return undone

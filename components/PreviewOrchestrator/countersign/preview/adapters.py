@@ -1,0 +1,134 @@
+"""Edges of the interactive runtime: the n8n transport and the storage-backed recorder."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from countersign.audit import AuditLog
+from countersign.kernel import SignatureError
+from countersign.n8n import N8nClient
+from countersign.signer import VerifiedPlan
+from countersign.storage import Database, PlanStore
+from countersign.workflowbuilder import StepWorkflow
+
+__all__ = ["N8nTransport", "StoreRecorder"]
+
+
+class N8nTransport:
+    """Runs step workflows on n8n: deploy once (by name), call by webhook."""
+
+    def __init__(
+        self, client: N8nClient, *, webhook_headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.client = client
+        self._headers = dict(webhook_headers or {})
+        self._ids: dict[str, str] = {}
+        self._lock = asyncio.Lock()
+        self.calls = 0
+
+    async def deploy(self, workflow: StepWorkflow) -> None:
+        """Create and activate the step's workflow unless a workflow of that name exists."""
+        name = str(workflow.workflow["name"])
+        async with self._lock:
+            if name in self._ids:
+                return
+            existing = await self.client.list_workflows(name=name)
+            if existing:
+                wid = str(existing[0]["id"])
+                if not existing[0].get("active"):
+                    await self.client.activate(wid)
+            else:
+                created = await self.client.create_workflow(workflow.workflow)
+                wid = str(created["id"])
+                await self.client.activate(wid)
+            self._ids[name] = wid
+
+    async def call(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Call the step webhook; the node's output item."""
+        self.calls += 1
+        out = await self.client.call_webhook(path, dict(body), headers=self._headers or None)
+        return out if isinstance(out, Mapping) else {"body": out}
+
+
+def _plan_id_of(document: Any) -> str | None:
+    try:
+        pid = document["plan"]["plan_id"]
+    except (KeyError, TypeError):
+        return None
+    return pid if isinstance(pid, str) and len(pid) == 26 else None
+
+
+class StoreRecorder:
+    """Keeps signed plans, preview fingerprints and audit rows in Postgres."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], datetime] | None = None) -> None:
+        self.db = db
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.plans = PlanStore(db, clock=self._clock)
+        self.audit = AuditLog(clock=self._clock)
+
+    def signature_refused(self, document: Any, error: SignatureError, *, actor: str) -> None:
+        """Audit a refused signature (the plan id only if the document names a plausible one)."""
+        with self.db.tx() as c:
+            self.audit.append(
+                c,
+                {
+                    "kind": "signature_refused",
+                    "status": "refused",
+                    "actor": actor[:128],
+                    "plan_id": _plan_id_of(document),
+                    "reason": error.code,
+                },
+            )
+
+    def remember(self, verified: VerifiedPlan, *, actor: str) -> None:
+        """Store a verified plan (idempotent) and audit the first time it is seen."""
+        if self.plans.save_signed(
+            verified.plan, verified.envelope, verified.plan_hash, verified.canonical
+        ):
+            with self.db.tx() as c:
+                self.audit.append(
+                    c,
+                    {
+                        "kind": "plan_signed",
+                        "status": "ok",
+                        "actor": actor[:128],
+                        "plan_id": verified.plan.plan_id,
+                        "details": {
+                            "plan_hash": verified.plan_hash,
+                            "key": verified.envelope.pubkey_id,
+                        },
+                    },
+                )
+
+    def preview_done(
+        self,
+        verified: VerifiedPlan,
+        fingerprints: Mapping[int, str],
+        *,
+        actor: str,
+        latency_ms: int,
+        status: str,
+        reason: str | None,
+        outputs: Mapping[int, Any] | None = None,
+    ) -> None:
+        """Store what the preview read (outputs + fingerprints) and audit it."""
+        self.remember(verified, actor=actor)
+        if fingerprints:
+            self.plans.save_preview(verified.plan.plan_id, outputs or {}, fingerprints)
+        with self.db.tx() as c:
+            self.audit.append(
+                c,
+                {
+                    "kind": "preview_run" if status != "refused" else "preview_refused",
+                    "status": status,
+                    "actor": actor[:128],
+                    "plan_id": verified.plan.plan_id,
+                    "latency_ms": latency_ms,
+                    "reason": reason[:500] if reason else None,
+                    "details": {"reads": len(fingerprints)},
+                },
+            )

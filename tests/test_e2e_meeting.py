@@ -1,0 +1,422 @@
+"""The meeting flow end to end on real servers: n8n, Postgres, Radicale (CalDAV), aiosmtpd (SMTP).
+
+Plan → sign → preview (parallel free/busy for two people → overlap) → gate-A → execute (create the
+event, mail both) — and every way it must refuse: a tampered plan, a wrong / expired / reused
+token, a calendar that changed since the preview, a second execute, n8n down mid-execute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from countersign.approvals import (
+    Approvals,
+    TokenExpiredError,
+    TokenGateMismatchError,
+    TokenPlanMismatchError,
+    TokenReusedError,
+    TokenUserMismatchError,
+)
+from countersign.audit import AuditLog
+from countersign.execute import ExecuteRefusedError, Executor, StaleWorldError
+from countersign.kernel import Intent, Plan, Policy, Settings, SignatureError
+from countersign.n8n import N8nClient, N8nHandle, install, start, stop
+from countersign.n8n.providers import Radicale, SmtpSink
+from countersign.planner import make_plan
+from countersign.preview import N8nTransport, StoreRecorder, run_preview
+from countersign.registry import Registry
+from countersign.signer import KeyRing, sign_plan
+from countersign.storage import Database
+from countersign.workflowbuilder import CredentialRef
+
+LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+ALICE, BOB = "alice@example.com", "bob@example.com"
+_counter = iter(range(1, 10_000))
+
+
+def _signed(registry: Registry, keyring: KeyRing, title: str = "Sync") -> dict[str, Any]:
+    n = next(_counter)
+    intent = Intent.model_validate(
+        {
+            "intent": "schedule_meeting",
+            "intent_id": f"01JDQ3Z00000000000000{n:05d}",
+            "received_at": "2026-11-22T10:00:00Z",
+            "user_id": ALICE,
+            "entities": {
+                "participants": [ALICE, BOB],
+                "duration_min": 30,
+                "title": f"{title} {n}",
+                "window_start": "2026-11-23T13:00:00Z",
+                "window_end": "2026-11-23T18:00:00Z",
+            },
+        }
+    )
+    plan = make_plan(intent, [], registry, LOCAL)
+    assert isinstance(plan, Plan)
+    pid, key = keyring.active()
+    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
+    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+
+
+@dataclass
+class Stack:
+    n8n: N8nHandle
+    db: Database
+    registry: Registry
+    keyring: KeyRing
+    radicale: Radicale
+    smtp: SmtpSink
+    settings: dict[str, str]
+    creds: dict[str, CredentialRef]
+
+    def events(self) -> list[str]:
+        return self.radicale.events(ALICE)
+
+    def mails(self) -> int:
+        return len(self.smtp.messages)
+
+
+@pytest.fixture(scope="module")
+def smtp_credential(n8n: N8nHandle, smtp_server: SmtpSink) -> CredentialRef:
+    async def make() -> dict[str, Any]:
+        async with N8nClient(n8n.base_url, n8n.api_key) as c:
+            return await c.create_credential(
+                "local smtp",
+                "smtp",
+                {
+                    "host": smtp_server.host,
+                    "port": smtp_server.port,
+                    "secure": False,
+                    "disableStartTls": True,
+                    "user": "",
+                    "password": "",
+                },
+            )
+
+    out = asyncio.run(make())
+    return CredentialRef(id=str(out["id"]), name="local smtp")
+
+
+@pytest.fixture
+def stack(
+    n8n: N8nHandle,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    radicale: Radicale,
+    smtp_server: SmtpSink,
+    smtp_credential: CredentialRef,
+) -> Iterator[Stack]:
+    for user in (ALICE, BOB):
+        radicale.make_calendar(user)
+        for name in radicale.events(user):
+            import httpx
+
+            httpx.delete(radicale.calendar_url(user) + name, timeout=5)
+    smtp_server.messages.clear()
+    yield Stack(
+        n8n,
+        db,
+        registry,
+        keyring,
+        radicale,
+        smtp_server,
+        {"caldav_base_url": radicale.base_url, "smtp_from": "countersign@example.com"},
+        {"smtp": smtp_credential},
+    )
+
+
+async def _preview(s: Stack, doc: dict[str, Any], transport: N8nTransport) -> Any:
+    return await run_preview(
+        doc,
+        keys=s.keyring,
+        registry=s.registry,
+        transport=transport,
+        recorder=StoreRecorder(s.db),
+        settings=s.settings,
+        credentials=s.creds,
+        actor=ALICE,
+    )
+
+
+def _executor(s: Stack, transport: N8nTransport, clock: Any = None) -> Executor:
+    kw: dict[str, Any] = {"clock": clock} if clock else {}
+    return Executor(
+        keys=s.keyring,
+        registry=s.registry,
+        transport=transport,
+        db=s.db,
+        settings=s.settings,
+        credentials=s.creds,
+        **kw,
+    )
+
+
+def _approve(s: Stack, doc: dict[str, Any], slot: dict[str, Any], **kw: Any) -> str:
+    args: dict[str, Any] = {
+        "plan_id": doc["plan"]["plan_id"],
+        "plan_hash": doc["plan_hash"],
+        "gate_id": "gate-A",
+        "user_id": ALICE,
+        "scopes": ["calendar.write", "mail.send"],
+        "ttl_s": 300,
+    }
+    args.update(kw)
+    return Approvals(s.db, clock=kw.pop("clock", None)).issue(**args, choice=slot).token
+
+
+def _first_slot(preview: Any) -> dict[str, str]:
+    slot = preview.wrapper.normalized["steps"]["3"]["slots"][0]
+    start = datetime.fromisoformat(slot["start"].replace("Z", "+00:00"))
+    return {
+        "start": slot["start"],
+        "end": (start + timedelta(minutes=30)).isoformat().replace("+00:00", "Z"),
+    }
+
+
+def test_meeting_preview_then_execute_exactly_once(stack: Stack) -> None:
+    doc = _signed(stack.registry, stack.keyring)
+    stack.radicale.add_event(BOB, "bob-busy", "20261123T130000Z", "20261123T140000Z")
+
+    async def go() -> None:
+        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
+            transport = N8nTransport(client)
+            preview = await _preview(stack, doc, transport)
+            steps = preview.wrapper.normalized["steps"]
+            assert set(steps) == {"1", "2", "3"}
+            assert steps["2"]["busy"] == [
+                ["2026-11-23T14:00:00Z".replace("14", "13"), "2026-11-23T14:00:00Z"]
+            ]
+            assert steps["3"]["slots"][0]["start"] == "2026-11-23T14:00:00.000Z"
+            assert preview.wrapper.can_execute
+            assert stack.events() == [] and stack.mails() == 0  # preview never writes
+            token = _approve(stack, doc, _first_slot(preview))
+            report = await _executor(stack, transport).execute(
+                doc, user_id=ALICE, tokens={"gate-A": token}
+            )
+            assert report.status == "completed"
+            assert [(w.step, w.status) for w in report.wrappers] == [
+                (5, "created"),
+                (6, "created"),
+                (7, "created"),
+            ]
+            assert len(stack.events()) == 1 and stack.mails() == 2
+            # a second execute (fresh approval) writes nothing new
+            token2 = _approve(stack, doc, _first_slot(preview))
+            again = await _executor(stack, transport).execute(
+                doc, user_id=ALICE, tokens={"gate-A": token2}
+            )
+            assert [w.status for w in again.wrappers] == ["skipped", "skipped", "skipped"]
+            assert len(stack.events()) == 1 and stack.mails() == 2
+            # without a token: refused
+            with pytest.raises(ExecuteRefusedError):
+                await _executor(stack, transport).execute(doc, user_id=ALICE, tokens={})
+
+    asyncio.run(go())
+    with stack.db.tx() as c:
+        assert AuditLog().verify(c).ok
+        kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
+    assert {
+        "plan_signed",
+        "preview_run",
+        "token_issued",
+        "gate_approved",
+        "step_started",
+        "step_finished",
+        "execute_refused",
+    } <= set(kinds)
+
+
+def test_tampered_plan_never_reaches_n8n(stack: Stack) -> None:
+    doc = _signed(stack.registry, stack.keyring)
+    doc["plan"]["graph"][4]["args"]["title"] = "something else"
+
+    async def go() -> None:
+        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
+            before = len(await client.list_executions(limit=250))
+            transport = N8nTransport(client)
+            with pytest.raises(SignatureError):
+                await _preview(stack, doc, transport)
+            with pytest.raises(SignatureError):
+                await _executor(stack, transport).execute(
+                    doc, user_id=ALICE, tokens={"gate-A": "cst_" + "x" * 43}
+                )
+            assert transport.calls == 0
+            assert len(await client.list_executions(limit=250)) == before
+
+    asyncio.run(go())
+    assert stack.events() == [] and stack.mails() == 0
+    with stack.db.tx() as c:
+        assert (
+            c.execute(
+                text("SELECT count(*) FROM audit_log WHERE kind = 'signature_refused'")
+            ).scalar()
+            == 2
+        )
+
+
+def test_wrong_expired_reused_tokens_write_nothing(stack: Stack) -> None:
+    doc = _signed(stack.registry, stack.keyring)
+    other = _signed(stack.registry, stack.keyring)
+
+    class Clock:
+        now = datetime.now(UTC)
+
+        def __call__(self) -> datetime:
+            return self.now
+
+    clock = Clock()
+
+    async def go() -> None:
+        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
+            transport = N8nTransport(client)
+            preview = await _preview(stack, doc, transport)
+            slot = _first_slot(preview)
+            cases: list[tuple[str, type[Exception]]] = [
+                (_approve(stack, other, slot), TokenPlanMismatchError),
+                (_approve(stack, doc, slot, gate_id="gate-B"), TokenGateMismatchError),
+                (_approve(stack, doc, slot, user_id=BOB), TokenUserMismatchError),
+            ]
+            for token, error in cases:
+                with pytest.raises(error):
+                    await _executor(stack, transport).execute(
+                        doc, user_id=ALICE, tokens={"gate-A": token}
+                    )
+            expiring = (
+                Approvals(stack.db, clock=clock)
+                .issue(
+                    plan_id=doc["plan"]["plan_id"],
+                    plan_hash=doc["plan_hash"],
+                    gate_id="gate-A",
+                    user_id=ALICE,
+                    scopes=["calendar.write", "mail.send"],
+                    ttl_s=60,
+                    choice=slot,
+                )
+                .token
+            )
+            clock.now += timedelta(seconds=61)
+            with pytest.raises(TokenExpiredError):
+                await _executor(stack, transport, clock=clock).execute(
+                    doc, user_id=ALICE, tokens={"gate-A": expiring}
+                )
+            used = _approve(stack, doc, slot)
+            Approvals(stack.db).redeem(
+                used,
+                plan_id=doc["plan"]["plan_id"],
+                plan_hash=doc["plan_hash"],
+                gate_id="gate-A",
+                user_id=ALICE,
+            )
+            with pytest.raises(TokenReusedError):
+                await _executor(stack, transport).execute(
+                    doc, user_id=ALICE, tokens={"gate-A": used}
+                )
+
+    asyncio.run(go())
+    assert stack.events() == [] and stack.mails() == 0
+
+
+def test_calendar_change_between_preview_and_execute_stops_the_write(stack: Stack) -> None:
+    doc = _signed(stack.registry, stack.keyring)
+
+    async def go() -> None:
+        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
+            transport = N8nTransport(client)
+            preview = await _preview(stack, doc, transport)
+            token = _approve(stack, doc, _first_slot(preview))
+            stack.radicale.add_event(BOB, "late-busy", "20261123T150000Z", "20261123T160000Z")
+            with pytest.raises(StaleWorldError) as info:
+                await _executor(stack, transport).execute(
+                    doc, user_id=ALICE, tokens={"gate-A": token}
+                )
+            assert [c.step for c in info.value.changes] == [
+                2,
+                3,
+            ]  # bob's busy time, and so the overlap
+            assert "at preview" in info.value.message
+
+    asyncio.run(go())
+    assert stack.events() == [] and stack.mails() == 0
+
+
+def test_n8n_down_mid_execute_then_again_exactly_one_event(stack: Stack, tmp_path: Path) -> None:
+    """A dedicated n8n is stopped between preview and execute; the write cannot be sent (known
+    no effect); after a restart on the same data folder, a new approval executes exactly once."""
+    cache = Path(os.environ.get("COUNTERSIGN_CACHE_DIR") or Settings().cache_dir)
+    inst = install(cache)
+    data = tmp_path / "n8n"
+    handle = start(inst, data)
+    doc = _signed(stack.registry, stack.keyring)
+
+    async def cred(h: N8nHandle) -> CredentialRef:
+        async with N8nClient(h.base_url, h.api_key) as c:
+            out = await c.create_credential(
+                "smtp",
+                "smtp",
+                {
+                    "host": stack.smtp.host,
+                    "port": stack.smtp.port,
+                    "secure": False,
+                    "disableStartTls": True,
+                    "user": "",
+                    "password": "",
+                },
+            )
+        return CredentialRef(id=str(out["id"]), name="smtp")
+
+    try:
+        stack.creds = {"smtp": asyncio.run(cred(handle))}
+
+        class KillBeforeWrite(N8nTransport):
+            """Stops n8n the moment the first write (step 5) is about to be called."""
+
+            async def call(self, path: str, body: Any) -> Any:
+                if path.endswith("-s5") and (data / "n8n.pid").exists():
+                    stop(data)
+                return await super().call(path, body)
+
+        async def first() -> dict[str, str]:
+            async with N8nClient(handle.base_url, handle.api_key) as client:
+                transport = KillBeforeWrite(client)
+                preview = await _preview(stack, doc, transport)
+                slot = _first_slot(preview)
+                token = _approve(stack, doc, slot)
+                report = await _executor(stack, transport).execute(
+                    doc, user_id=ALICE, tokens={"gate-A": token}
+                )
+                assert report.status == "failed"
+                assert [(w.step, w.status) for w in report.wrappers] == [(5, "error")]
+                return slot
+
+        slot = asyncio.run(first())
+        assert stack.events() == []
+        handle = start(inst, data)
+
+        async def second() -> None:
+            async with N8nClient(handle.base_url, handle.api_key) as client:
+                transport = N8nTransport(client)
+                token = _approve(stack, doc, slot)
+                report = await _executor(stack, transport).execute(
+                    doc, user_id=ALICE, tokens={"gate-A": token}
+                )
+                assert report.status == "completed"
+                token = _approve(stack, doc, slot)
+                again = await _executor(stack, transport).execute(
+                    doc, user_id=ALICE, tokens={"gate-A": token}
+                )
+                assert {w.status for w in again.wrappers} == {"skipped"}
+
+        asyncio.run(second())
+        assert len(stack.events()) == 1 and stack.mails() == 2
+    finally:
+        stop(data)
