@@ -71,8 +71,8 @@ def test_inserted_row(db: Database) -> None:
         c.execute(text("UPDATE audit_log SET seq = seq - 999 WHERE seq >= 1000"))
         c.execute(
             text(
-                "INSERT INTO audit_log (seq, ts, kind, status, actor, retries, details, prev_hash, row_hash) "
-                "SELECT 3, ts, 'gate_approved', 'ok', 'mallory', 0, '{}', prev_hash, row_hash FROM audit_log WHERE seq = 2"
+                "INSERT INTO audit_log (seq, ts, kind, status, actor, retries, details, content_hash, prev_hash, row_hash) "
+                "SELECT 3, ts, 'gate_approved', 'ok', 'mallory', 0, '{}', content_hash, prev_hash, row_hash FROM audit_log WHERE seq = 2"
             )
         )
     ok, bad, _ = _verify(db)
@@ -125,3 +125,15 @@ def test_bad_entries_refused_without_rows(db: Database, entry: dict[str, object]
 
 def test_entry_model_is_public() -> None:
     assert AuditEntry(kind="plan_signed", status="ok", actor="planner").retries == 0
+
+
+def test_append_many_continues_the_same_chain(db: Database) -> None:
+    _fill(db, 3)
+    with db.tx() as c:
+        seqs = AuditLog().append_many(c, [{"kind": "step_started", "status": "ok", "actor": "t", "step": i} for i in range(50)])
+    assert seqs == list(range(4, 54))
+    _fill(db, 2)
+    assert _verify(db) == (True, None, None)
+    with db.tx() as c:
+        c.execute(text("UPDATE audit_log SET actor = 'x' WHERE seq = 30"))
+    assert _verify(db)[1] == 30

@@ -1,11 +1,13 @@
 """The audit log: append-only, one row per decision, each row carrying the hash of the previous.
 
-``row_hash = sha256(canonical JSON of {seq, ts, kind, plan_id, step, op, status, actor, reason,
-latency_ms, retries, details, prev_hash})``; the first row's ``prev_hash`` is 64 zeros. The
-``audit_head`` row keeps the last sequence number and hash, so deleting the newest rows is
-detected too. Appends serialize on the head row (``SELECT … FOR UPDATE``), so concurrent writers
-never fork the chain; an append runs inside the caller's transaction, so a decision and its audit
-row commit or roll back together.
+``content_hash = sha256(canonical JSON of {ts, kind, plan_id, step, op, status, actor, reason,
+latency_ms, retries, details})`` (computed here) and
+``row_hash = sha256("<prev_hash>:<seq>:<content_hash>")`` (computed by Postgres in the statement
+that takes the head lock); the first row's ``prev_hash`` is 64 zeros. The ``audit_head`` row keeps
+the last sequence number and hash, so deleting the newest rows is detected too. One statement per
+append locks the head row (``SELECT … FOR UPDATE`` in a CTE), inserts the row and moves the head,
+so concurrent writers never fork the chain; it runs inside the caller's transaction, so a decision
+and its audit row commit or roll back together.
 
 Only derived facts go in: ``details`` refuses keys that name secrets or private content.
 """
@@ -13,7 +15,7 @@ Only derived facts go in: ``details`` refuses keys that name secrets or private 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +25,7 @@ from sqlalchemy import Connection, text
 
 from countersign.kernel import Contract, canonical_bytes, format_utc, parse_contract, sha256_hex
 
-__all__ = ["ZERO_HASH", "AuditEntry", "AuditLog", "ChainReport", "row_hash"]
+__all__ = ["ZERO_HASH", "AuditEntry", "AuditLog", "ChainReport", "content_hash", "row_hash"]
 
 ZERO_HASH = "0" * 64
 _FORBIDDEN = re.compile(
@@ -58,14 +60,18 @@ class AuditEntry(Contract):
         return v
 
 
-def row_hash(fields: dict[str, Any]) -> str:
-    """The hash of one row's content (including its ``prev_hash``)."""
+def content_hash(fields: dict[str, Any]) -> str:
+    """The hash of one row's content (everything but its place in the chain)."""
     return sha256_hex(canonical_bytes(fields))
 
 
-def _fields(seq: int, ts: str, e: dict[str, Any], prev: str) -> dict[str, Any]:
+def row_hash(prev_hash: str, seq: int, content: str) -> str:
+    """The chain link: ``sha256("<prev_hash>:<seq>:<content_hash>")`` (same formula as the SQL)."""
+    return sha256_hex(f"{prev_hash}:{seq}:{content}".encode())
+
+
+def _content(ts: str, e: dict[str, Any]) -> dict[str, Any]:
     return {
-        "seq": seq,
         "ts": ts,
         "kind": e["kind"],
         "plan_id": e.get("plan_id"),
@@ -77,8 +83,35 @@ def _fields(seq: int, ts: str, e: dict[str, Any], prev: str) -> dict[str, Any]:
         "latency_ms": e.get("latency_ms"),
         "retries": e.get("retries", 0),
         "details": e.get("details", {}),
-        "prev_hash": prev,
     }
+
+
+_APPEND = text(
+    """
+    WITH h AS (SELECT seq, last_hash FROM audit_head WHERE id = 1 FOR UPDATE),
+    ins AS (
+      INSERT INTO audit_log (seq, ts, kind, plan_id, step, op, status, actor, reason, latency_ms,
+                             retries, details, content_hash, prev_hash, row_hash)
+      SELECT h.seq + 1, :ts, :kind, :plan_id, :step, :op, :status, :actor, :reason, :latency_ms,
+             :retries, CAST(:details AS jsonb), CAST(:content_hash AS text), h.last_hash,
+             encode(sha256(convert_to(h.last_hash || ':' || (h.seq + 1)::text || ':' || CAST(:content_hash AS text), 'UTF8')), 'hex')
+      FROM h
+      RETURNING seq, row_hash)
+    UPDATE audit_head SET seq = ins.seq, last_hash = ins.row_hash FROM ins WHERE audit_head.id = 1
+    RETURNING ins.seq
+    """
+)
+
+_HEAD = text("SELECT seq, last_hash FROM audit_head WHERE id = 1 FOR UPDATE")
+_INSERT = text(
+    """
+    INSERT INTO audit_log (seq, ts, kind, plan_id, step, op, status, actor, reason, latency_ms,
+                           retries, details, content_hash, prev_hash, row_hash)
+    VALUES (:seq, :ts, :kind, :plan_id, :step, :op, :status, :actor, :reason, :latency_ms,
+            :retries, CAST(:details AS jsonb), :content_hash, :prev_hash, :row_hash)
+    """
+)
+_MOVE_HEAD = text("UPDATE audit_head SET seq = :seq, last_hash = :h WHERE id = 1")
 
 
 @dataclass(frozen=True)
@@ -99,34 +132,36 @@ class AuditLog:
 
     def append(self, conn: Connection, entry: AuditEntry | dict[str, Any]) -> int:
         """Append one row inside the caller's transaction; returns its sequence number."""
-        e = (
-            entry
-            if isinstance(entry, AuditEntry)
-            else parse_contract(AuditEntry, entry, what="audit entry")
-        )
-        head = conn.execute(
-            text("SELECT seq, last_hash FROM audit_head WHERE id = 1 FOR UPDATE")
-        ).one()
-        seq, prev = int(head.seq) + 1, str(head.last_hash)
-        ts = format_utc(self._clock())
-        data = e.model_dump(mode="json")
-        fields = _fields(seq, ts, data, prev)
-        h = row_hash(fields)
-        conn.execute(
-            text(
-                """
-                WITH ins AS (
-                  INSERT INTO audit_log (seq, ts, kind, plan_id, step, op, status, actor, reason,
-                                         latency_ms, retries, details, prev_hash, row_hash)
-                  VALUES (:seq, :ts, :kind, :plan_id, :step, :op, :status, :actor, :reason,
-                          :latency_ms, :retries, CAST(:details AS jsonb), :prev_hash, :row_hash)
-                  RETURNING seq)
-                UPDATE audit_head SET seq = (SELECT seq FROM ins), last_hash = :row_hash WHERE id = 1
-                """
-            ),
-            {**fields, "details": canonical_bytes(fields["details"]).decode(), "row_hash": h},
-        )
+        e = entry if isinstance(entry, AuditEntry) else parse_contract(AuditEntry, entry, what="audit entry")
+        content = _content(format_utc(self._clock()), e.model_dump(mode="json"))
+        params = {**content, "details": canonical_bytes(content["details"]).decode(), "content_hash": content_hash(content)}
+        seq: int = conn.execute(_APPEND, params).scalar_one()
         return seq
+
+    def append_many(self, conn: Connection, entries: Sequence[AuditEntry | dict[str, Any]]) -> list[int]:
+        """Append several rows in one go (one head lock, one multi-row insert); their numbers.
+
+        For writers that produce bursts (a plan's step events); the chain is the same as if each
+        row had been appended alone.
+        """
+        parsed = [e if isinstance(e, AuditEntry) else parse_contract(AuditEntry, e, what="audit entry") for e in entries]
+        if not parsed:
+            return []
+        head = conn.execute(_HEAD).one()
+        seq, prev = int(head.seq), str(head.last_hash)
+        ts = format_utc(self._clock())
+        rows = []
+        for e in parsed:
+            content = _content(ts, e.model_dump(mode="json"))
+            ch = content_hash(content)
+            seq += 1
+            h = row_hash(prev, seq, ch)
+            rows.append({**content, "seq": seq, "details": canonical_bytes(content["details"]).decode(),
+                         "content_hash": ch, "prev_hash": prev, "row_hash": h})
+            prev = h
+        conn.execute(_INSERT, rows)
+        conn.execute(_MOVE_HEAD, {"seq": seq, "h": prev})
+        return [r["seq"] for r in rows]
 
     def rows(
         self, conn: Connection, *, plan_id: str | None = None, limit: int = 1000
@@ -157,8 +192,8 @@ class AuditLog:
                     r["seq"],
                     "prev_hash does not match the previous row (a row was deleted or inserted)",
                 )
-            fields = _fields(r["seq"], format_utc(r["ts"]), r, prev)
-            if row_hash(fields) != r["row_hash"]:
+            content = content_hash(_content(format_utc(r["ts"]), r))
+            if content != r["content_hash"] or row_hash(prev, r["seq"], content) != r["row_hash"]:
                 return ChainReport(
                     False,
                     count,

@@ -120,6 +120,7 @@ class AuditRow(SQLModel, table=True):
     latency_ms: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
     retries: int = Field(default=0)
     details: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False))
+    content_hash: str = Field(max_length=64)
     prev_hash: str = Field(max_length=64)
     row_hash: str = Field(max_length=64)
 

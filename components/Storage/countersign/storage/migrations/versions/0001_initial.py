@@ -106,6 +106,7 @@ def upgrade() -> None:
           latency_ms integer,
           retries integer NOT NULL DEFAULT 0,
           details jsonb NOT NULL,
+          content_hash varchar(64) NOT NULL,
           prev_hash varchar(64) NOT NULL,
           row_hash varchar(64) NOT NULL
         );
