@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, summary  # noqa: E402
+from common import machine, summary
 
-from countersign.approvals import Approvals  # noqa: E402
-from countersign.audit import AuditLog  # noqa: E402
-from countersign.storage import Database, IdempotencyLedger, embedded_url  # noqa: E402
+from countersign.approvals import Approvals
+from countersign.audit import AuditLog
+from countersign.storage import Database, IdempotencyLedger, embedded_url
 
 PLAN = "01JDQ3Z0000000000000000001"
 
@@ -35,11 +35,23 @@ def main() -> None:
     issue, redeem = [], []
     for i in range(n):
         t0 = time.perf_counter()
-        tok = approvals.issue(plan_id=PLAN, plan_hash=f"{i:064x}", gate_id="gate-A", user_id="alice",
-                              scopes=["calendar.write"], ttl_s=300).token
+        tok = approvals.issue(
+            plan_id=PLAN,
+            plan_hash=f"{i:064x}",
+            gate_id="gate-A",
+            user_id="alice",
+            scopes=["calendar.write"],
+            ttl_s=300,
+        ).token
         t1 = time.perf_counter()
-        approvals.redeem(tok, plan_id=PLAN, plan_hash=f"{i:064x}", gate_id="gate-A", user_id="alice",
-                         required_scopes=["calendar.write"])
+        approvals.redeem(
+            tok,
+            plan_id=PLAN,
+            plan_hash=f"{i:064x}",
+            gate_id="gate-A",
+            user_id="alice",
+            required_scopes=["calendar.write"],
+        )
         t2 = time.perf_counter()
         issue.append((t1 - t0) * 1000)
         redeem.append((t2 - t1) * 1000)
@@ -60,8 +72,17 @@ def main() -> None:
         def work() -> None:
             for _ in range(per_thread):
                 with db.tx() as c:
-                    audit.append(c, {"kind": "step_finished", "status": "ok", "actor": "bench",
-                                     "plan_id": PLAN, "step": 1, "latency_ms": 3})
+                    audit.append(
+                        c,
+                        {
+                            "kind": "step_finished",
+                            "status": "ok",
+                            "actor": "bench",
+                            "plan_id": PLAN,
+                            "step": 1,
+                            "latency_ms": 3,
+                        },
+                    )
 
         ts = [threading.Thread(target=work) for _ in range(threads)]
         t0 = time.perf_counter()
@@ -78,7 +99,9 @@ def main() -> None:
         t0 = time.perf_counter()
         with db.tx() as c:
             for _ in range(rows):
-                audit.append(c, {"kind": "step_finished", "status": "ok", "actor": "bench", "plan_id": PLAN})
+                audit.append(
+                    c, {"kind": "step_finished", "status": "ok", "actor": "bench", "plan_id": PLAN}
+                )
         return rows / (time.perf_counter() - t0)
 
     rate_batch = batch_rate(2 * n)
@@ -87,7 +110,11 @@ def main() -> None:
         t0 = time.perf_counter()
         for _ in range(rows // burst):
             with db.tx() as c:
-                audit.append_many(c, [{"kind": "step_finished", "status": "ok", "actor": "bench", "plan_id": PLAN}] * burst)
+                audit.append_many(
+                    c,
+                    [{"kind": "step_finished", "status": "ok", "actor": "bench", "plan_id": PLAN}]
+                    * burst,
+                )
         return rows / (time.perf_counter() - t0)
 
     rate_many10 = many_rate(2 * n, 10)
@@ -101,8 +128,12 @@ def main() -> None:
     print(f"machine: {machine()}; embedded PostgreSQL 18 over a Unix socket; n={n}\n")
     print("| operation | median ms | p95 ms |")
     print("| --- | ---: | ---: |")
-    for name, xs in [("token issue (insert + audit row)", issue), ("token redeem (atomic UPDATE + decision + audit row)", redeem),
-                     ("idempotency claim", claim), ("idempotency claim + mark_sent + complete", full)]:
+    for name, xs in [
+        ("token issue (insert + audit row)", issue),
+        ("token redeem (atomic UPDATE + decision + audit row)", redeem),
+        ("idempotency claim", claim),
+        ("idempotency claim + mark_sent + complete", full),
+    ]:
         med, p95 = summary(xs)
         print(f"| {name} | {med:.2f} | {p95:.2f} |")
     print()

@@ -21,10 +21,14 @@ def summary(samples: list[float]) -> tuple[float, float]:
 def machine() -> str:
     model = "unknown"
     try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
+        for line in subprocess.run(
+            ["lscpu"], capture_output=True, text=True, check=False
+        ).stdout.splitlines():
             if line.startswith("Model name"):
                 model = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return (f"{os.cpu_count()} cores, {model}; python {platform.python_version()}; "
-            f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    return (
+        f"{os.cpu_count()} cores, {model}; python {platform.python_version()}; "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+    )

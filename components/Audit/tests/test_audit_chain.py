@@ -130,7 +130,10 @@ def test_entry_model_is_public() -> None:
 def test_append_many_continues_the_same_chain(db: Database) -> None:
     _fill(db, 3)
     with db.tx() as c:
-        seqs = AuditLog().append_many(c, [{"kind": "step_started", "status": "ok", "actor": "t", "step": i} for i in range(50)])
+        seqs = AuditLog().append_many(
+            c,
+            [{"kind": "step_started", "status": "ok", "actor": "t", "step": i} for i in range(50)],
+        )
     assert seqs == list(range(4, 54))
     _fill(db, 2)
     assert _verify(db) == (True, None, None)

@@ -149,3 +149,13 @@ def test_read_only_check_catches_writes_even_if_registry_lies(registry: Registry
     assert read_only_violations(forged)
     with pytest.raises(BindingError, match="not included"):
         build_plan_workflow(plan, h, registry, steps=[3])
+
+
+def test_step_workflows_are_shared_by_op_across_plans(registry: Registry) -> None:
+    a = _plan(registry, title="one")
+    b = _plan(registry, title="two", participants=["x@example.com"])
+    wa = build_step_workflow(a, plan_hash(a), 1, registry)
+    wb = build_step_workflow(b, plan_hash(b), 1, registry)
+    assert wa.path == wb.path and wa.workflow == wb.workflow  # same op, no per-plan content
+    create_a = next(s.step for s in a.graph if s.call == "create_event")
+    assert build_step_workflow(a, plan_hash(a), create_a, registry).path != wa.path

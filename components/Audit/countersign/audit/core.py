@@ -132,19 +132,32 @@ class AuditLog:
 
     def append(self, conn: Connection, entry: AuditEntry | dict[str, Any]) -> int:
         """Append one row inside the caller's transaction; returns its sequence number."""
-        e = entry if isinstance(entry, AuditEntry) else parse_contract(AuditEntry, entry, what="audit entry")
+        e = (
+            entry
+            if isinstance(entry, AuditEntry)
+            else parse_contract(AuditEntry, entry, what="audit entry")
+        )
         content = _content(format_utc(self._clock()), e.model_dump(mode="json"))
-        params = {**content, "details": canonical_bytes(content["details"]).decode(), "content_hash": content_hash(content)}
+        params = {
+            **content,
+            "details": canonical_bytes(content["details"]).decode(),
+            "content_hash": content_hash(content),
+        }
         seq: int = conn.execute(_APPEND, params).scalar_one()
         return seq
 
-    def append_many(self, conn: Connection, entries: Sequence[AuditEntry | dict[str, Any]]) -> list[int]:
+    def append_many(
+        self, conn: Connection, entries: Sequence[AuditEntry | dict[str, Any]]
+    ) -> list[int]:
         """Append several rows in one go (one head lock, one multi-row insert); their numbers.
 
         For writers that produce bursts (a plan's step events); the chain is the same as if each
         row had been appended alone.
         """
-        parsed = [e if isinstance(e, AuditEntry) else parse_contract(AuditEntry, e, what="audit entry") for e in entries]
+        parsed = [
+            e if isinstance(e, AuditEntry) else parse_contract(AuditEntry, e, what="audit entry")
+            for e in entries
+        ]
         if not parsed:
             return []
         head = conn.execute(_HEAD).one()
@@ -156,8 +169,16 @@ class AuditLog:
             ch = content_hash(content)
             seq += 1
             h = row_hash(prev, seq, ch)
-            rows.append({**content, "seq": seq, "details": canonical_bytes(content["details"]).decode(),
-                         "content_hash": ch, "prev_hash": prev, "row_hash": h})
+            rows.append(
+                {
+                    **content,
+                    "seq": seq,
+                    "details": canonical_bytes(content["details"]).decode(),
+                    "content_hash": ch,
+                    "prev_hash": prev,
+                    "row_hash": h,
+                }
+            )
             prev = h
         conn.execute(_INSERT, rows)
         conn.execute(_MOVE_HEAD, {"seq": seq, "h": prev})

@@ -4,6 +4,7 @@ below the entry points reads ``os.environ`` (STYLE.md, Config)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field, SecretStr
@@ -35,6 +36,10 @@ class Settings(BaseSettings):
     #: Long installs (Node, n8n) live here, keyed by version, outside the repository.
     cache_dir: Path = Field(default_factory=_default_cache)
     n8n_port: int = 5678
+    #: n8n's expression engine. ``vm`` (isolated, n8n's default) is the safe choice; ``legacy``
+    #: is ~2.5x faster per execution (BENCHMARKS.md) and acceptable only because no person text
+    #: ever reaches an expression (WorkflowBuilder SPEC; tested).
+    n8n_expression_engine: Literal["vm", "legacy"] = "vm"
     registry_dir: Path = Field(default_factory=source_registry_dir)
     signer_name: str = "planner@system"
     #: An Ed25519 seed (base64, 32 bytes) given through the environment instead of the key ring

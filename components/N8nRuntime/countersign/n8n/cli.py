@@ -39,7 +39,12 @@ def up_cmd() -> None:
         typer.echo(json.dumps(status(data)))
         return
     try:
-        handle = start(install(settings.cache_dir), data, port=settings.n8n_port)
+        handle = start(
+            install(settings.cache_dir),
+            data,
+            port=settings.n8n_port,
+            extra_env={"N8N_EXPRESSION_ENGINE": settings.n8n_expression_engine},
+        )
     except CountersignError as e:
         _fail(e)
     typer.echo(json.dumps({"running": True, "pid": handle.pid, "base_url": handle.base_url}))

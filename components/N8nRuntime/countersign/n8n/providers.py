@@ -25,7 +25,7 @@ from aiosmtpd.controller import Controller
 
 from .runtime import free_port
 
-__all__ = ["Radicale", "SmtpSink", "radicale", "smtp_server"]
+__all__ = ["Radicale", "SmtpSink", "radicale", "smtp_server", "start_radicale"]
 
 _MKCALENDAR = """<?xml version="1.0" encoding="utf-8"?>
 <C:mkcalendar xmlns:D="DAV:" xmlns:C="urn:ietf:params:xml:ns:caldav">
@@ -73,10 +73,8 @@ class Radicale:
         return sorted(p.name for p in folder.glob("*.ics")) if folder.exists() else []
 
 
-@pytest.fixture(scope="session")
-def radicale(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Radicale]:
-    """Radicale on a free loopback port, storage in a temp folder, no authentication."""
-    folder = tmp_path_factory.mktemp("radicale")
+def start_radicale(folder: Path) -> tuple[Radicale, subprocess.Popen[bytes]]:
+    """Start Radicale on a free loopback port with storage in ``folder`` (no authentication)."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -102,13 +100,18 @@ def radicale(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Radicale]:
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(base + "/", timeout=1).status_code < 500:
-                break
+                return Radicale(base_url=base, folder=folder), proc
         time.sleep(0.1)
-    else:
-        proc.kill()
-        raise RuntimeError("radicale did not start")
+    proc.kill()
+    raise RuntimeError("radicale did not start")
+
+
+@pytest.fixture(scope="session")
+def radicale(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Radicale]:
+    """Radicale on a free loopback port, storage in a temp folder, no authentication."""
+    server, proc = start_radicale(tmp_path_factory.mktemp("radicale"))
     try:
-        yield Radicale(base_url=base, folder=folder)
+        yield server
     finally:
         proc.terminate()
         proc.wait(10)

@@ -21,7 +21,6 @@ from countersign.workflowbuilder import (
     CredentialRef,
     StepWorkflow,
     build_workflow_for_step,
-    webhook_path,
 )
 
 __all__ = ["N8nStepRunner", "StepFailedError", "StepTransport", "run_dag"]
@@ -113,23 +112,27 @@ class N8nStepRunner:
     settings: Mapping[str, str]
     credentials: Mapping[str, CredentialRef] = field(default_factory=dict)
     choices: Mapping[str, Any] = field(default_factory=dict)
-    _deployed: set[int] = field(default_factory=set)
+    _paths: dict[tuple[str, str], str] = field(default_factory=dict)
 
     async def run(
         self, step: PlanStep, outputs: Mapping[int, Any], *, idempotency_key: str | None = None
     ) -> Any:
         """Run one step; its normalized output (a write's output includes the HTTP status)."""
-        if step.step not in self._deployed:
+        path = self._paths.get((step.uses, step.call))
+        if path is None:
             wf = build_workflow_for_step(
                 self.plan, self.plan_hash, step, self.registry, credentials=self.credentials
             )
             await self.transport.deploy(wf)
-            self._deployed.add(step.step)
+            path = self._paths[(step.uses, step.call)] = wf.path
         args = resolve_refs(step.args, outputs, self.choices)
         node = resolve_step(step, self.registry)
         data = render_data(node, args, self.settings, idempotency_key=idempotency_key)
-        item = await self.transport.call(
-            webhook_path(self.plan.plan_id, self.plan_hash, step.step), {"data": data, "args": args}
-        )
+        body = {
+            "data": data,
+            "args": args,
+            "plan": {"plan_id": self.plan.plan_id, "plan_hash": self.plan_hash, "step": step.step},
+        }
+        item = await self.transport.call(path, body)
         op = self.registry.op(step.uses, step.call)
         return normalize_output(op.output, item, args)

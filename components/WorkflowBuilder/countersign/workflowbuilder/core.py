@@ -20,6 +20,7 @@ Same plan ⇒ same JSON (ids are uuid5 of the plan hash and step; no clock, no r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping
@@ -76,7 +77,7 @@ class StepWorkflow:
 
 
 def webhook_path(plan_id: str, plan_hash: str, step: int) -> str:
-    """The production webhook path of a step workflow (unique per plan content and step)."""
+    """The production webhook path of a plan workflow (unique per plan content)."""
     return f"cs-{plan_id.lower()}-{plan_hash[:12]}-s{step}"
 
 
@@ -206,31 +207,37 @@ def build_workflow_for_step(
     *,
     credentials: Mapping[str, CredentialRef] | None = None,
 ) -> StepWorkflow:
-    """Like ``build_step_workflow`` for any step object of this plan, including the
-    compensation steps an execute derives from the registry (they are not in the signed graph)."""
+    """The step workflow for any step object of this plan, including compensation steps an
+    execute derives from the registry (they are not in the signed graph).
+
+    Step workflows are **content-addressed**: everything that varies per plan travels in the
+    trigger body, so the workflow depends only on the op's binding (node type, version, registry
+    constants, credential). Its path and name carry a hash of that content; every plan that uses
+    the op shares one deployed workflow (deployed once, no per-plan activation delay). The plan's
+    id and hash reach n8n in each execution's input data.
+    """
+    del plan, plan_hash  # the workflow is the same for every plan (see above)
     creds = credentials or {}
-    step = s.step
     bound = resolve_step(s, registry)
-    path = webhook_path(plan.plan_id, plan_hash, step)
-    node_name = f"Step {step} {s.uses}.{s.call}"
     node: dict[str, Any] = {
-        "id": _uid(plan_hash, step, "node"),
-        "name": node_name,
         "type": bound.node_type,
         "typeVersion": bound.type_version,
-        "position": [300, 0],
         "parameters": _node_parameters(bound, "$json.body"),
     }
     cred = _credentials(bound, creds)
     if cred is not None:
         node["credentials"] = cred
+    key = hashlib.sha256(json.dumps(node, sort_keys=True).encode()).hexdigest()[:16]
+    path = f"cs-op-{key}"
+    node_name = f"{s.uses}.{s.call}"
+    node = {"id": _uid(key, "node"), "name": node_name, "position": [300, 0], **node}
     workflow = {
-        "name": _name(plan, plan_hash, f"step {step} {s.uses}.{s.call}"),
-        "nodes": [_trigger(plan_hash, step, path, creds), node],
+        "name": f"countersign op {s.uses}.{s.call} [{key}]",
+        "nodes": [_trigger(key, "op", path, creds), node],
         "connections": {TRIGGER: {"main": [[{"node": node_name, "type": "main", "index": 0}]]}},
         "settings": _settings(),
     }
-    return StepWorkflow(step=step, path=path, workflow=workflow)
+    return StepWorkflow(step=s.step, path=path, workflow=workflow)
 
 
 def build_plan_workflow(
