@@ -18,6 +18,7 @@ import typer
 import yaml
 
 from countersign.audit.cli import app as audit_app
+from countersign.durable.cli import app as temporal_app
 from countersign.kernel import (
     CountersignError,
     Evidence,
@@ -52,6 +53,7 @@ app.add_typer(registry_app, name="registry")
 app.add_typer(db_app, name="db")
 app.add_typer(audit_app, name="audit")
 app.add_typer(n8n_app, name="n8n")
+app.add_typer(temporal_app, name="temporal")
 
 EXIT_REFUSED = 1
 EXIT_INPUT = 2

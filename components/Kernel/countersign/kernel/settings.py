@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     #: is ~2.5x faster per execution (BENCHMARKS.md) and acceptable only because no person text
     #: ever reaches an expression (WorkflowBuilder SPEC; tested).
     n8n_expression_engine: Literal["vm", "legacy"] = "vm"
+    #: Deployment settings connectors read as ``{@name}`` (base URLs, sender address, SMTP host),
+    #: e.g. ``COUNTERSIGN_CONNECTOR_SETTINGS='{"caldav_base_url": "http://127.0.0.1:5232"}'``.
+    connector_settings: dict[str, str] = Field(default_factory=dict)
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
     registry_dir: Path = Field(default_factory=source_registry_dir)
     signer_name: str = "planner@system"
     #: An Ed25519 seed (base64, 32 bytes) given through the environment instead of the key ring

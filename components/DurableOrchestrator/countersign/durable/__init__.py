@@ -1,0 +1,37 @@
+"""DurableOrchestrator: Temporal workflows for long-running plan steps (watchers, gates, sagas)."""
+
+from .activities import DurableActivities
+from .http import HttpCall, http_call
+from .models import (
+    ApproveGate,
+    Reconfigure,
+    RedeemCall,
+    RejectGate,
+    StepCall,
+    WatchInput,
+    WatchResult,
+    WatchState,
+)
+from .worker import TASK_QUEUE, connect, make_worker, replayer, start_watcher, workflow_runner
+from .workflows import WatcherWorkflow
+
+__all__ = [
+    "TASK_QUEUE",
+    "ApproveGate",
+    "DurableActivities",
+    "HttpCall",
+    "Reconfigure",
+    "RedeemCall",
+    "RejectGate",
+    "StepCall",
+    "WatchInput",
+    "WatchResult",
+    "WatchState",
+    "WatcherWorkflow",
+    "connect",
+    "http_call",
+    "make_worker",
+    "replayer",
+    "start_watcher",
+    "workflow_runner",
+]

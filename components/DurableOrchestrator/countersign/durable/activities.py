@@ -1,0 +1,258 @@
+"""Temporal activities: every I/O of the durable workflows (verify, poll, redeem, write, notify).
+
+Thin: each wires an adapter (httpx, smtplib, the Postgres ledgers) to the shared cores. Our errors
+become ``ApplicationError(type=<code>, non_retryable=not error.retryable)``; a write whose outcome
+is unknown is never retried by Temporal (non-retryable), it waits for reconciliation.
+"""
+
+from __future__ import annotations
+
+import smtplib
+import time
+from collections.abc import Mapping
+from email.message import EmailMessage
+from typing import Any
+
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from countersign.approvals import Approvals
+from countersign.audit import AuditLog
+from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
+from countersign.execute import idempotency_key
+from countersign.kernel import CountersignError, PlanStep, content_hash
+from countersign.registry import Registry
+from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
+from countersign.storage import Database, IdempotencyLedger, PlanStore
+
+from .http import http_call
+from .models import RedeemCall, StepCall
+
+__all__ = ["DurableActivities"]
+
+
+def _app_error(e: CountersignError) -> ApplicationError:
+    return ApplicationError(e.message, type=e.code, non_retryable=not e.retryable)
+
+
+class DurableActivities:
+    """The activities, bound to one database, key ring, registry and deployment settings."""
+
+    def __init__(
+        self, db: Database, *, keys: KeyLookup, registry: Registry, settings: Mapping[str, str]
+    ) -> None:
+        self.db = db
+        self.keys = keys
+        self.registry = registry
+        self.settings = dict(settings)
+        self.audit = AuditLog()
+        self.ledger = IdempotencyLedger(db, audit=self.audit)
+        self.approvals = Approvals(db, audit=self.audit)
+        self.plans = PlanStore(db)
+
+    def _verified(self, signed: Mapping[str, Any]) -> VerifiedPlan:
+        try:
+            return verify_signed_plan(signed, keys=self.keys)
+        except CountersignError as e:
+            with self.db.tx() as c:
+                self.audit.append(
+                    c,
+                    {
+                        "kind": "signature_refused",
+                        "status": "refused",
+                        "actor": "durable",
+                        "reason": e.code,
+                    },
+                )
+            raise _app_error(e) from e
+
+    def _audit(self, **entry: Any) -> None:
+        with self.db.tx() as c:
+            self.audit.append(c, entry)
+
+    @activity.defn(name="verify_plan")
+    def verify_plan(self, signed: dict[str, Any]) -> str:
+        """Verify the signed plan (refused and audited if it does not hold); its plan_hash."""
+        v = self._verified(signed)
+        self.plans.save_signed(v.plan, v.envelope, v.plan_hash, v.canonical)
+        return v.plan_hash
+
+    @activity.defn(name="poll")
+    def poll(self, call: StepCall) -> Any:
+        """One read of the watched op (a GET per its binding); its normalized output."""
+        v = self._verified(call.signed)
+        step = v.plan.step(call.step)
+        args = {**step.args, **call.args_override}
+        try:
+            node = resolve_step(step.model_copy(update={"args": args}), self.registry)
+            req = http_call(node, render_data(node, args, self.settings))
+            r = httpx.request(
+                req.method, req.url, params=req.params, headers=req.headers, timeout=30
+            )
+        except CountersignError as e:
+            raise _app_error(e) from e
+        except httpx.HTTPError as e:
+            raise ApplicationError(
+                f"poll failed: {type(e).__name__}", type="poll_unavailable"
+            ) from e
+        if r.status_code >= 500:
+            raise ApplicationError(f"poll answered {r.status_code}", type="poll_unavailable")
+        return normalize_output(
+            self.registry.op(step.uses, step.call).output,
+            {"statusCode": r.status_code, "body": r.text},
+            args,
+        )
+
+    @activity.defn(name="redeem_gate")
+    def redeem_gate(self, call: RedeemCall) -> Any:
+        """Spend the gate token (bound to plan hash, gate, user, scopes); the person's choice."""
+        v = self._verified(call.signed)
+        needed = sorted(
+            {
+                sc
+                for s in v.plan.graph
+                if not s.dry_run and s.gate_id is None
+                for sc in self.registry.op(s.uses, s.call).scopes
+            }
+        )
+        try:
+            return self.approvals.redeem(
+                call.token,
+                plan_id=v.plan.plan_id,
+                plan_hash=v.plan_hash,
+                gate_id=call.gate_id,
+                user_id=call.user_id,
+                required_scopes=needed,
+            ).choice
+        except CountersignError as e:
+            raise _app_error(e) from e
+
+    @activity.defn(name="reject_gate")
+    def reject_gate(self, call: RedeemCall) -> None:
+        """Record the rejection (``token`` carries the reason here)."""
+        v = self._verified(call.signed)
+        try:
+            self.approvals.reject(
+                plan_id=v.plan.plan_id,
+                plan_hash=v.plan_hash,
+                gate_id=call.gate_id,
+                user_id=call.user_id,
+                reason=call.token[:500],
+            )
+        except CountersignError as e:
+            raise _app_error(e) from e
+
+    @activity.defn(name="write_step")
+    def write_step(self, call: StepCall) -> dict[str, Any]:
+        """Run a write step at most once (idempotency ledger); its result."""
+        v = self._verified(call.signed)
+        plan = v.plan
+        step = plan.step(call.step)
+        choices = {call.gate_id: call.choice} if call.gate_id else {}
+        try:
+            args = {**resolve_refs(step.args, {}, choices), **call.args_override}
+        except CountersignError as e:
+            raise _app_error(e) from e
+        key = idempotency_key(plan.plan_id, step.step, args)
+        owner = f"temporal:{activity.info().workflow_id}"
+        try:
+            claim = self.ledger.claim(key, content_hash(args), owner=owner)
+        except CountersignError as e:
+            raise _app_error(e) from e
+        if claim.state == "completed":
+            return dict(claim.result or {})
+        self._audit(
+            kind="step_started",
+            status="running",
+            actor=call.user_id,
+            plan_id=plan.plan_id,
+            step=step.step,
+            op=f"{step.uses}.{step.call}",
+        )
+        t0 = time.perf_counter()
+        self.ledger.mark_sent(key, owner=owner)
+        try:
+            result = self._perform(step, args, key)
+        except _NotSentError as e:
+            self.ledger.fail(key, str(e), owner=owner)
+            raise ApplicationError(
+                str(e), type="provider_unreachable"
+            ) from e  # retryable: nothing sent
+        except _RefusedError as e:
+            self.ledger.fail(key, str(e), owner=owner)
+            self._audit(
+                kind="step_failed",
+                status="error",
+                actor=call.user_id,
+                plan_id=plan.plan_id,
+                step=step.step,
+                op=f"{step.uses}.{step.call}",
+                reason=str(e)[:500],
+            )
+            raise ApplicationError(str(e), type="provider_refused", non_retryable=True) from e
+        except Exception as e:
+            self.ledger.mark_unknown(key, f"{type(e).__name__}", owner=owner)
+            raise ApplicationError(
+                "outcome unknown", type="idempotency_outcome_unknown", non_retryable=True
+            ) from e
+        self.ledger.complete(key, result, owner=owner)
+        self._audit(
+            kind="step_finished",
+            status="ok",
+            actor=call.user_id,
+            plan_id=plan.plan_id,
+            step=step.step,
+            op=f"{step.uses}.{step.call}",
+            latency_ms=int((time.perf_counter() - t0) * 1000),
+        )
+        return result
+
+    def _perform(self, step: PlanStep, args: Mapping[str, Any], key: str) -> dict[str, Any]:
+        node = resolve_step(step.model_copy(update={"args": dict(args)}), self.registry)
+        if node.node_type == "n8n-nodes-base.emailSend":
+            msg = EmailMessage()
+            msg["From"] = self.settings["smtp_from"]
+            msg["To"] = str(args["to"])
+            msg["Subject"] = str(args["subject"])
+            msg["Message-ID"] = f"<{content_hash(key)[:32]}@countersign>"
+            msg.set_content(str(args["body"]))
+            try:
+                with smtplib.SMTP(
+                    self.settings["smtp_host"], int(self.settings["smtp_port"]), timeout=30
+                ) as s:
+                    s.send_message(msg)
+            except ConnectionRefusedError as e:
+                raise _NotSentError(f"SMTP server refused the connection: {e}") from e
+            return {"id": msg["Message-ID"], "status": 250}
+        req = http_call(node, render_data(node, args, self.settings, idempotency_key=key))
+        try:
+            r = httpx.request(
+                req.method,
+                req.url,
+                params=req.params,
+                headers=req.headers,
+                content=req.content,
+                timeout=30,
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            raise _NotSentError(f"{type(e).__name__}") from e
+        if 400 <= r.status_code < 500:
+            raise _RefusedError(f"provider answered {r.status_code}")
+        if r.status_code >= 500:
+            raise RuntimeError(f"provider answered {r.status_code}")
+        out = normalize_output(
+            self.registry.op(step.uses, step.call).output,
+            {"statusCode": r.status_code, "body": r.text},
+            args,
+        )
+        ident = out.get("id") if isinstance(out, Mapping) else None
+        return {"id": ident, "status": r.status_code, "output": out}
+
+
+class _NotSentError(Exception):
+    """The request provably never left."""
+
+
+class _RefusedError(Exception):
+    """The provider answered 4xx: no effect."""

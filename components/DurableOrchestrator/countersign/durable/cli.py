@@ -1,0 +1,62 @@
+"""``countersign temporal up|down|status|worker``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import typer
+
+from countersign.kernel import Settings
+from countersign.registry import load_registry
+from countersign.signer import open_keyring
+from countersign.storage import Database
+
+from .activities import DurableActivities
+from .runtime import temporal_start, temporal_status, temporal_stop
+from .worker import connect, make_worker
+
+__all__ = ["app"]
+
+app = typer.Typer(help="The Temporal dev server and the durable worker.", no_args_is_help=True)
+
+
+@app.command("up")
+def up_cmd() -> None:
+    """Start the embedded Temporal dev server (SQLite file under COUNTERSIGN_HOME; UI on :8233)."""
+    typer.echo(json.dumps(temporal_start(Settings().home / "temporal")))
+
+
+@app.command("down")
+def down_cmd() -> None:
+    """Stop it."""
+    typer.echo("stopped" if temporal_stop(Settings().home / "temporal") else "not running")
+
+
+@app.command("status")
+def status_cmd() -> None:
+    """Running or not, as JSON."""
+    typer.echo(json.dumps(temporal_status(Settings().home / "temporal")))
+
+
+@app.command("worker")
+def worker_cmd(
+    address: str = typer.Option("127.0.0.1:7233", help="Temporal frontend address."),
+) -> None:
+    """Run the durable worker until interrupted."""
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    settings = Settings()
+    db = Database.open(settings)
+    acts = DurableActivities(
+        db,
+        keys=open_keyring(settings, now=datetime.now(UTC)),
+        registry=load_registry(settings.registry_dir),
+        settings={},
+    )
+
+    async def run() -> None:
+        client = await connect(settings.temporal_address, namespace=settings.temporal_namespace)
+        await make_worker(client, acts).run()
+
+    asyncio.run(run())

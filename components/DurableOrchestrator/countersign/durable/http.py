@@ -1,0 +1,90 @@
+"""Turn an HTTP Request binding (registry → BindingResolver) into one concrete HTTP request.
+
+Durable steps run as Temporal activities; an activity performs exactly the HTTP call the
+registry's ``n8n-nodes-base.httpRequest`` binding describes (method, URL, query, headers, body),
+with values rendered by ``countersign.binding.render_data`` — the same bytes n8n would send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from countersign.binding import BoundNode
+from countersign.kernel import BindingError
+
+__all__ = ["HttpCall", "http_call"]
+
+
+@dataclass(frozen=True)
+class HttpCall:
+    """A request ready to send."""
+
+    method: str
+    url: str
+    params: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    content: str | None = None
+
+
+def _value(node: BoundNode, data: Mapping[str, Any], path: str) -> Any:
+    if path in data:
+        return data[path]
+    cur: Any = node.parameters
+    for part in path.replace("]", "").replace("[", ".").split("."):
+        if isinstance(cur, dict):
+            cur = cur.get(part)
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return None
+    return cur
+
+
+def _pairs(node: BoundNode, data: Mapping[str, Any], group: str) -> dict[str, str]:
+    entries = node.parameters.get(group, {})
+    listed = entries.get("parameters") if isinstance(entries, dict) else None
+    count = len(listed) if isinstance(listed, list) else 0
+    count = max(
+        count,
+        1
+        + max(
+            (
+                int(p.split("[")[1].split("]")[0])
+                for p in data
+                if p.startswith(f"{group}.parameters[")
+            ),
+            default=-1,
+        ),
+    )
+    out: dict[str, str] = {}
+    for i in range(count):
+        name = _value(node, data, f"{group}.parameters[{i}].name")
+        value = _value(node, data, f"{group}.parameters[{i}].value")
+        if name is not None and value is not None:
+            out[str(name)] = str(value)
+    return out
+
+
+def http_call(node: BoundNode, data: Mapping[str, Any]) -> HttpCall:
+    """The request for a bound HTTP Request node and its rendered data values."""
+    if node.node_type != "n8n-nodes-base.httpRequest":
+        raise BindingError(f"step {node.step}: {node.node_type} is not an HTTP Request binding")
+    method = str(_value(node, data, "method") or "GET").upper()
+    url = _value(node, data, "url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise BindingError(f"step {node.step}: no absolute URL for {node.uses}.{node.call}")
+    params = _pairs(node, data, "queryParameters") if _value(node, data, "sendQuery") else {}
+    headers = _pairs(node, data, "headerParameters") if _value(node, data, "sendHeaders") else {}
+    content: str | None = None
+    if _value(node, data, "sendBody"):
+        if _value(node, data, "specifyBody") == "json":
+            content = str(_value(node, data, "jsonBody") or "{}")
+            headers.setdefault("Content-Type", "application/json")
+        else:
+            content = str(_value(node, data, "body") or "")
+            ctype = _value(node, data, "rawContentType")
+            if ctype:
+                headers.setdefault("Content-Type", str(ctype))
+    return HttpCall(method=method, url=url, params=params, headers=headers, content=content)

@@ -1,0 +1,97 @@
+"""Inputs, state and results of the durable workflows (one pydantic model each)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WatchState(_M):
+    """Everything the watcher must carry across ContinueAsNew."""
+
+    started_at: datetime
+    polls: int = 0
+    polls_this_run: int = 0
+    errors: int = 0
+    last_seen: Any = None
+    last_poll_at: datetime | None = None
+    next_poll_at: datetime | None = None
+    poll_interval_s: int
+    date_from: str
+    date_to: str
+    found: Any = None
+    status: Literal["watching", "waiting_approval", "booking", "done"] = "watching"
+
+
+class WatchInput(_M):
+    """Start a watcher for a signed plan's durable Watcher → gate → Booker → Notifier steps."""
+
+    signed: dict[str, Any]
+    user_id: str
+    watch_step: int
+    gate_id: str
+    book_step: int
+    notify_step: int | None = None
+    poll_interval_s: int = Field(default=900, ge=1)
+    max_polls: int = Field(default=2000, ge=1)
+    max_lifetime_s: int = Field(default=30 * 86400, ge=1)
+    continue_every: int = Field(default=100, ge=1)
+    approval_timeout_s: int = Field(default=86400, ge=1)
+    state: WatchState | None = None
+
+
+class ApproveGate(_M):
+    """The person's approval of the gate: a token (redeemed by an activity) and the choice."""
+
+    gate_id: str
+    token: str = Field(min_length=8, max_length=200)
+
+
+class RejectGate(_M):
+    """The person's rejection of the gate."""
+
+    gate_id: str
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class Reconfigure(_M):
+    """New polling interval and/or window."""
+
+    poll_interval_s: int | None = Field(default=None, ge=1)
+    date_from: str | None = None
+    date_to: str | None = None
+
+
+class WatchResult(_M):
+    """How the watcher ended."""
+
+    status: Literal["booked", "rejected", "approval_timeout", "cancelled", "budget_exhausted"]
+    polls: int
+    booking_id: str | None = None
+    notified: bool = False
+
+
+class StepCall(_M):
+    """An activity's instruction to run one plan step."""
+
+    signed: dict[str, Any]
+    user_id: str
+    step: int
+    args_override: dict[str, Any] = Field(default_factory=dict)
+    choice: Any = None
+    gate_id: str | None = None
+
+
+class RedeemCall(_M):
+    """Redeem (or, for ``reject_gate``, record the rejection of) a gate for the watcher's plan."""
+
+    signed: dict[str, Any]
+    user_id: str
+    gate_id: str
+    token: str

@@ -1,0 +1,305 @@
+"""WatcherWorkflow: poll a read op for days within a budget, then gate → book → notify.
+
+Deterministic (Temporal rules): all I/O in activities; time from ``workflow.now()``; jitter from
+``workflow.random()``; state in one pydantic model carried across ContinueAsNew every
+``continue_every`` polls, so a watcher polling every 15 minutes for 30 days (2,880 polls) never
+comes near the 51,200-event history limit. Gates are updates: the validator rejects malformed,
+wrong-gate, early or duplicate decisions without touching history; the handler redeems the token
+through an activity before the write may run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from .models import (
+        ApproveGate,
+        Reconfigure,
+        RedeemCall,
+        RejectGate,
+        StepCall,
+        WatchInput,
+        WatchResult,
+        WatchState,
+    )
+
+__all__ = ["WatcherWorkflow"]
+
+_T = timedelta(seconds=60)
+_POLL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=5),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=10),
+    maximum_attempts=5,
+)
+_ONCE = RetryPolicy(maximum_attempts=1)
+
+
+@workflow.defn
+class WatcherWorkflow:
+    """One durable watcher (the visa use case's Watcher → gate → Booker → Notifier)."""
+
+    def __init__(self) -> None:
+        self._inp: WatchInput | None = None
+        self._state: WatchState | None = None
+        self._cancelled = False
+        self._reconfigured = False
+        self._decision: str | None = None
+        self._choice: Any = None
+        self._reject_reason: str | None = None
+
+    # ---- interface ----------------------------------------------------------------------------
+    @workflow.signal
+    def cancel(self) -> None:
+        """Stop watching (a booking already made is not undone)."""
+        self._cancelled = True
+
+    @workflow.signal
+    def reconfigure(self, change: Reconfigure) -> None:
+        """New poll interval and/or date window, applied from the next poll."""
+        if self._state is None:
+            return
+        if change.poll_interval_s is not None:
+            self._state.poll_interval_s = change.poll_interval_s
+        if change.date_from is not None:
+            self._state.date_from = change.date_from
+        if change.date_to is not None:
+            self._state.date_to = change.date_to
+        self._reconfigured = True
+
+    @workflow.query
+    def status(self) -> WatchState | None:
+        """Polls done, last seen, next poll, status."""
+        return self._state
+
+    @workflow.update
+    async def approve_gate(self, approval: ApproveGate) -> str:
+        """Redeem the gate token (activity) and let the booking run with the person's choice."""
+        assert self._inp is not None  # the validator guarantees it
+        choice = await workflow.execute_activity(
+            "redeem_gate",
+            RedeemCall(
+                signed=self._inp.signed,
+                user_id=self._inp.user_id,
+                gate_id=approval.gate_id,
+                token=approval.token,
+            ),
+            retry_policy=_ONCE,
+            start_to_close_timeout=_T,
+        )
+        if self._decision is None:
+            self._choice = choice
+            self._decision = "approved"
+        return "approved"
+
+    @approve_gate.validator
+    def _validate_approve(self, approval: ApproveGate) -> None:
+        self._validate_gate(approval.gate_id)
+
+    @workflow.update
+    async def reject_gate(self, rejection: RejectGate) -> str:
+        """Record the rejection; the watcher ends without booking."""
+        assert self._inp is not None
+        await workflow.execute_activity(
+            "reject_gate",
+            RedeemCall(
+                signed=self._inp.signed,
+                user_id=self._inp.user_id,
+                gate_id=rejection.gate_id,
+                token=rejection.reason or "rejected",
+            ),
+            retry_policy=_ONCE,
+            start_to_close_timeout=_T,
+        )
+        if self._decision is None:
+            self._decision = "rejected"
+            self._reject_reason = rejection.reason
+        return "rejected"
+
+    @reject_gate.validator
+    def _validate_reject(self, rejection: RejectGate) -> None:
+        self._validate_gate(rejection.gate_id)
+
+    def _validate_gate(self, gate_id: str) -> None:
+        if self._inp is None or self._state is None:
+            raise ValueError("the watcher has not started")
+        if gate_id != self._inp.gate_id:
+            raise ValueError(f"this watcher's gate is {self._inp.gate_id}, not {gate_id}")
+        if self._state.status != "waiting_approval":
+            raise ValueError(f"nothing to decide yet (status {self._state.status})")
+        if self._decision is not None:
+            raise ValueError(f"{gate_id} was already decided ({self._decision})")
+
+    # ---- run ----------------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, inp: WatchInput) -> WatchResult:
+        self._inp = inp
+        now = workflow.now()
+        if inp.state is None:
+            await workflow.execute_activity(
+                "verify_plan", inp.signed, retry_policy=_ONCE, start_to_close_timeout=_T
+            )
+            step_args = _step_args(inp.signed, inp.watch_step)
+            inp = inp.model_copy(
+                update={
+                    "state": WatchState(
+                        started_at=now,
+                        poll_interval_s=inp.poll_interval_s,
+                        date_from=str(step_args.get("date_from", "")),
+                        date_to=str(step_args.get("date_to", "")),
+                    )
+                }
+            )
+            self._inp = inp
+        assert inp.state is not None
+        st = self._state = inp.state.model_copy(update={"polls_this_run": 0})
+
+        while st.status == "watching":
+            if self._cancelled:
+                return await self._end(inp, "cancelled")
+            elapsed = (workflow.now() - st.started_at).total_seconds()
+            if st.polls >= inp.max_polls or elapsed >= inp.max_lifetime_s:
+                return await self._end(inp, "budget_exhausted")
+            if st.polls_this_run >= inp.continue_every:
+                workflow.continue_as_new(inp.model_copy(update={"state": st}))
+            try:
+                seen = await workflow.execute_activity(
+                    "poll",
+                    StepCall(
+                        signed=inp.signed,
+                        user_id=inp.user_id,
+                        step=inp.watch_step,
+                        args_override={"date_from": st.date_from, "date_to": st.date_to},
+                    ),
+                    retry_policy=_POLL_RETRY,
+                    start_to_close_timeout=_T,
+                )
+                st.errors = 0
+            except ActivityError:
+                seen = None
+                st.errors += 1
+            st.polls += 1
+            st.polls_this_run += 1
+            st.last_poll_at = workflow.now()
+            st.last_seen = seen
+            slots = seen.get("slots") if isinstance(seen, dict) else None
+            if slots:
+                st.found = slots[0]
+                st.status = "waiting_approval"
+                break
+            # interval with ±10 % jitter; after errors, back off exponentially (capped at 16x)
+            base = st.poll_interval_s * (2 ** min(st.errors, 4))
+            wait = base * (0.9 + 0.2 * workflow.random().random())
+            st.next_poll_at = workflow.now() + timedelta(seconds=wait)
+            self._reconfigured = False
+            with contextlib.suppress(TimeoutError):  # the interval passed: poll again
+                await workflow.wait_condition(
+                    lambda: self._cancelled or self._reconfigured, timeout=timedelta(seconds=wait)
+                )
+
+        if st.status == "waiting_approval":
+            try:
+                await workflow.wait_condition(
+                    lambda: self._decision is not None or self._cancelled,
+                    timeout=timedelta(seconds=inp.approval_timeout_s),
+                )
+            except TimeoutError:
+                return await self._end(inp, "approval_timeout")
+            if self._cancelled and self._decision is None:
+                return await self._end(inp, "cancelled")
+            if self._decision == "rejected":
+                return await self._end(inp, "rejected")
+        st.status = "booking"
+        booking = await workflow.execute_activity(
+            "write_step",
+            StepCall(
+                signed=inp.signed,
+                user_id=inp.user_id,
+                step=inp.book_step,
+                choice=self._choice,
+                gate_id=inp.gate_id,
+            ),
+            retry_policy=RetryPolicy(
+                maximum_attempts=5,
+                non_retryable_error_types=["idempotency_outcome_unknown", "provider_refused"],
+            ),
+            start_to_close_timeout=_T,
+        )
+        notified = await self._notify(inp, self._choice)
+        st.status = "done"
+        return WatchResult(
+            status="booked", polls=st.polls, booking_id=_booking_id(booking), notified=notified
+        )
+
+    async def _notify(self, inp: WatchInput, choice: Any) -> bool:
+        if inp.notify_step is None:
+            return False
+        await workflow.execute_activity(
+            "write_step",
+            StepCall(
+                signed=inp.signed,
+                user_id=inp.user_id,
+                step=inp.notify_step,
+                choice=choice,
+                gate_id=inp.gate_id,
+            ),
+            retry_policy=RetryPolicy(
+                maximum_attempts=5, non_retryable_error_types=["idempotency_outcome_unknown"]
+            ),
+            start_to_close_timeout=_T,
+        )
+        return True
+
+    async def _end(self, inp: WatchInput, status: str) -> WatchResult:
+        assert self._state is not None
+        self._state.status = "done"
+        notified = False
+        if (
+            status in {"rejected", "approval_timeout", "budget_exhausted"}
+            and inp.notify_step is not None
+        ):
+            # the notification step tells the person what happened (its own idempotency key)
+            await workflow.execute_activity(
+                "write_step",
+                StepCall(
+                    signed=inp.signed,
+                    user_id=inp.user_id,
+                    step=inp.notify_step,
+                    gate_id=inp.gate_id,
+                    args_override={
+                        "subject": f"Watcher ended: {status.replace('_', ' ')}",
+                        "body": f"No booking was made ({status.replace('_', ' ')}).",
+                    },
+                ),
+                retry_policy=RetryPolicy(maximum_attempts=5),
+                start_to_close_timeout=_T,
+            )
+            notified = True
+        return WatchResult.model_validate(
+            {"status": status, "polls": self._state.polls, "notified": notified}
+        )
+
+
+def _step_args(signed: dict[str, Any], step: int) -> dict[str, Any]:
+    graph = signed.get("plan", {}).get("graph", [])
+    if not 1 <= step <= len(graph):
+        raise ApplicationError(f"plan has no step {step}", type="invalid_input", non_retryable=True)
+    args: dict[str, Any] = graph[step - 1].get("args", {})
+    return args
+
+
+def _booking_id(booking: Any) -> str | None:
+    if isinstance(booking, dict):
+        out = booking.get("output")
+        if isinstance(out, dict) and out.get("id") is not None:
+            return str(out["id"])
+        if booking.get("id") is not None:
+            return str(booking["id"])
+    return None

@@ -1,0 +1,475 @@
+"""The visa watcher on Temporal's time-skipping test server: 7 simulated days in seconds.
+
+Real Postgres (ledgers, approvals, audit), a sandbox slot service on loopback (labelled sandbox:
+no consulate can be reached from here), a real SMTP peer (aiosmtpd). Variants: approved with a
+valid token (booked once, mailed), rejected, expired token, cancel mid-watch, reconfigure, budget
+exhausted; every run replays from its recorded history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from sqlalchemy import text
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from countersign.approvals import Approvals
+from countersign.audit import AuditLog
+from countersign.durable import (
+    TASK_QUEUE,
+    ApproveGate,
+    DurableActivities,
+    Reconfigure,
+    RejectGate,
+    WatcherWorkflow,
+    WatchInput,
+    make_worker,
+    replayer,
+)
+from countersign.kernel import Intent, Plan, Policy
+from countersign.n8n.providers import SmtpSink
+from countersign.planner import make_plan
+from countersign.registry import Registry
+from countersign.signer import KeyRing, sign_plan
+from countersign.storage import Database
+
+HISTORIES = Path(__file__).parent / "histories"
+LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+_ids = iter(range(1, 10_000))
+
+
+@dataclass
+class VisaSandbox:
+    """A sandbox appointment service: a slot appears after ``appear_after`` searches."""
+
+    appear_after: int = 10**9
+    searches: int = 0
+    windows: list[tuple[str, str]] = field(default_factory=list)
+    bookings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    url: str = ""
+
+
+@pytest.fixture
+def sandbox() -> Iterator[VisaSandbox]:
+    state = VisaSandbox()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, code: int, body: Any) -> None:
+            raw = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self) -> None:
+            q = parse_qs(urlparse(self.path).query)
+            state.searches += 1
+            state.windows.append((q.get("from", [""])[0], q.get("to", [""])[0]))
+            slots = (
+                [{"id": "slot-1", "at": "2027-03-14T09:00:00Z"}]
+                if state.searches >= state.appear_after
+                else []
+            )
+            self._send(200, {"slots": slots})
+
+        def do_POST(self) -> None:
+            key = self.headers.get("Idempotency-Key", "")
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if key not in state.bookings:
+                state.bookings[key] = {
+                    "id": f"booking-{len(state.bookings) + 1}",
+                    "slot": body.get("slot"),
+                }
+            self._send(201, state.bookings[key])
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield state
+    server.shutdown()
+
+
+def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
+    n = next(_ids)
+    intent = Intent.model_validate(
+        {
+            "intent": "watch_visa_slots",
+            "intent_id": f"01JDQ3Z00000000000000{n:05d}",
+            "received_at": "2026-11-22T12:00:00Z",
+            "user_id": "alice@example.com",
+            "entities": {
+                "consulate": "lisbon",
+                "date_from": "2027-03-01T00:00:00Z",
+                "date_to": "2027-03-31T00:00:00Z",
+                "notify_to": "alice@example.com",
+            },
+        }
+    )
+    plan = make_plan(intent, [], registry, LOCAL)
+    assert isinstance(plan, Plan)
+    assert [(s.step, s.role, s.mode) for s in plan.graph] == [
+        (1, "Watcher", "durable"),
+        (2, "Resolver", "durable"),
+        (3, "Booker", "durable"),
+        (4, "Notifier", "durable"),
+    ]
+    pid, key = keyring.active()
+    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
+    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+
+
+def _server() -> str:
+    path = shutil.which("temporal-test-server") or str(
+        Path(sys.executable).parent / "temporal-test-server"
+    )
+    return path
+
+
+@dataclass
+class Run:
+    env: WorkflowEnvironment
+    handle: WorkflowHandle[Any, Any]
+    doc: dict[str, Any]
+
+
+async def _start(
+    env: WorkflowEnvironment, doc: dict[str, Any], **kw: Any
+) -> WorkflowHandle[Any, Any]:
+    inp = WatchInput(
+        signed=doc,
+        user_id="alice@example.com",
+        watch_step=1,
+        gate_id="gate-A",
+        book_step=3,
+        notify_step=4,
+        poll_interval_s=3600,
+        continue_every=40,
+        **kw,
+    )
+    return await env.client.start_workflow(
+        WatcherWorkflow.run, inp, id=f"watch-{doc['plan']['plan_id']}", task_queue=TASK_QUEUE
+    )
+
+
+async def _until(
+    env: WorkflowEnvironment,
+    handle: WorkflowHandle[Any, Any],
+    status: str,
+    *,
+    step_h: int = 6,
+    max_days: int = 40,
+) -> Any:
+    for _ in range(max_days * 24 // step_h):
+        wid = handle.id
+        st = await env.client.get_workflow_handle_for(WatcherWorkflow.run, wid).query(
+            WatcherWorkflow.status
+        )
+        if st is not None and st.status == status:
+            return st
+        await env.sleep(timedelta(hours=step_h))
+    raise AssertionError(f"never reached {status}")
+
+
+def _scenario(
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    sandbox: VisaSandbox,
+    smtp: SmtpSink,
+    body: Any,
+) -> Any:
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp.host,
+        "smtp_port": str(smtp.port),
+        "smtp_from": "countersign@example.com",
+    }
+    acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
+
+    async def go() -> Any:
+        async with (
+            await WorkflowEnvironment.start_time_skipping(
+                test_server_existing_path=_server(), data_converter=pydantic_data_converter
+            ) as env,
+            make_worker(env.client, acts),
+        ):
+            return await body(env, _signed(registry, keyring))
+
+    return asyncio.run(go())
+
+
+def _token(db: Database, doc: dict[str, Any], **kw: Any) -> str:
+    args: dict[str, Any] = {
+        "plan_id": doc["plan"]["plan_id"],
+        "plan_hash": doc["plan_hash"],
+        "gate_id": "gate-A",
+        "user_id": "alice@example.com",
+        "scopes": ["mail.send", "visa.book"],
+        "ttl_s": 300,
+        "choice": {"slot": {"id": "slot-1"}},
+    }
+    args.update(kw)
+    return Approvals(db).issue(**args).token
+
+
+async def _replay(env: WorkflowEnvironment, wid: str, save_as: str | None = None) -> None:
+    history = await env.client.get_workflow_handle(wid).fetch_history()
+    await replayer().replay_workflow(history)
+    if save_as and os.environ.get("COUNTERSIGN_UPDATE_HISTORIES") == "1":
+        HISTORIES.mkdir(exist_ok=True)
+        (HISTORIES / save_as).write_text(
+            json.dumps({"workflow_id": wid, "history": history.to_json_dict()}, indent=1)
+        )
+
+
+def test_seven_days_then_slot_approved_booked_once(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    sandbox.appear_after = 7 * 24  # hourly polls: the slot shows up on day 7
+    smtp_server.messages.clear()
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        handle = await _start(env, doc)
+        st = await _until(env, handle, "waiting_approval")
+        assert st.polls == 7 * 24 and st.found == {"id": "slot-1", "at": "2027-03-14T09:00:00Z"}
+        latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
+        with pytest.raises(WorkflowUpdateFailedError):  # a wrong gate is refused by the validator
+            await latest.execute_update(
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-B", token="x" * 20)
+            )
+        assert (
+            await latest.execute_update(
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
+            )
+            == "approved"
+        )
+        result = await latest.result()
+        await _replay(env, handle.id, "watcher_booked.json")
+        return result
+
+    result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert result.status == "booked" and result.booking_id == "booking-1" and result.notified
+    assert result.polls == 7 * 24
+    assert len(sandbox.bookings) == 1
+    assert len(smtp_server.to("alice@example.com")) == 1
+    with db.tx() as c:
+        assert AuditLog().verify(c).ok
+        kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
+    assert kinds.count("gate_approved") == 1 and kinds.count("step_finished") == 2
+
+
+def test_rejected_gate_books_nothing(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    sandbox.appear_after = 3
+    smtp_server.messages.clear()
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        handle = await _start(env, doc)
+        await _until(env, handle, "waiting_approval", step_h=1)
+        latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
+        token = _token(db, doc)  # issued before the rejection
+        await latest.execute_update(
+            WatcherWorkflow.reject_gate, RejectGate(gate_id="gate-A", reason="too early")
+        )
+        with pytest.raises(WorkflowUpdateFailedError):  # decided once
+            await latest.execute_update(
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+            )
+        result = await latest.result()
+        await _replay(env, handle.id)
+        return result
+
+    result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert result.status == "rejected" and sandbox.bookings == {}
+    mails = smtp_server.to("alice@example.com")
+    assert len(mails) == 1 and "rejected" in str(mails[0]["Subject"])
+
+
+def test_expired_token_is_refused_then_cancel(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    sandbox.appear_after = 2
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        handle = await _start(env, doc)
+        await _until(env, handle, "waiting_approval", step_h=1)
+        latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
+        token = _token(db, doc, ttl_s=1)
+        await asyncio.sleep(1.2)  # the ledger's clock is the real one
+        with pytest.raises(WorkflowUpdateFailedError):
+            await latest.execute_update(
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+            )
+        st = await latest.query(WatcherWorkflow.status)
+        assert (
+            st is not None and st.status == "waiting_approval"
+        )  # still waiting for a valid approval
+        await latest.signal(WatcherWorkflow.cancel)
+        return await latest.result()
+
+    result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert result.status == "cancelled" and sandbox.bookings == {}
+    with db.tx() as c:
+        reasons = [
+            r.reason
+            for r in c.execute(text("SELECT reason FROM audit_log WHERE kind = 'token_refused'"))
+        ]
+    assert reasons == ["token_expired"]
+
+
+def test_cancel_mid_watch_and_reconfigure(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        handle = await _start(env, doc)
+        await env.sleep(timedelta(hours=5))
+        latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
+        await latest.signal(
+            WatcherWorkflow.reconfigure,
+            Reconfigure(poll_interval_s=600, date_from="2027-04-01T00:00:00Z"),
+        )
+        await env.sleep(timedelta(hours=1))
+        st = await latest.query(WatcherWorkflow.status)
+        assert (
+            st is not None and st.poll_interval_s == 600 and st.date_from == "2027-04-01T00:00:00Z"
+        )
+        await latest.signal(WatcherWorkflow.cancel)
+        result = await latest.result()
+        await _replay(env, handle.id)
+        return result
+
+    result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert result.status == "cancelled" and sandbox.bookings == {}
+    assert (
+        "2027-04-01T00:00:00Z",
+        "2027-03-31T00:00:00Z",
+    ) in sandbox.windows  # the new window was used
+
+
+def test_budget_exhausted(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    smtp_server.messages.clear()
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        handle = await _start(env, doc, max_polls=5)
+        await _until(env, handle, "done", step_h=1)
+        return await env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id).result()
+
+    result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert result.status == "budget_exhausted" and result.polls == 5 and sandbox.searches == 5
+    assert len(smtp_server.to("alice@example.com")) == 1
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in HISTORIES.glob("*.json")))
+def test_golden_histories_replay(name: str) -> None:
+    from temporalio.client import WorkflowHistory
+
+    doc = json.loads((HISTORIES / name).read_text())
+    history = WorkflowHistory.from_json(doc["workflow_id"], doc["history"])
+    asyncio.run(replayer().replay_workflow(history))
+
+
+def test_real_dev_server_restart_keeps_the_watcher(
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    sandbox: VisaSandbox,
+    smtp_server: SmtpSink,
+    tmp_path: Path,
+) -> None:
+    """The real dev server (SQLite file): stop and start it under a running watcher; it goes on
+    polling, and an approval sent afterwards books exactly once. Search attributes are registered."""
+    from temporalio.common import SearchAttributeKey
+
+    from countersign.durable import connect, start_watcher
+    from countersign.durable.runtime import temporal_start, temporal_stop
+    from countersign.n8n import free_port
+
+    port, ui = free_port(), free_port()
+    folder = tmp_path / "temporal"
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp_server.host,
+        "smtp_port": str(smtp_server.port),
+        "smtp_from": "countersign@example.com",
+    }
+    acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
+    doc = _signed(registry, keyring)
+    wid = f"watch-{doc['plan']['plan_id']}"
+    temporal_start(folder, port=port, ui_port=ui)
+    try:
+
+        async def phase(body: Any) -> Any:
+            client = await connect(f"127.0.0.1:{port}")
+            async with make_worker(client, acts):
+                return await body(client)
+
+        async def first(client: Any) -> int:
+            inp = WatchInput(
+                signed=doc,
+                user_id="alice@example.com",
+                watch_step=1,
+                gate_id="gate-A",
+                book_step=3,
+                notify_step=4,
+                poll_interval_s=1,
+                continue_every=5,
+            )
+            handle = await start_watcher(client, inp)
+            again = await start_watcher(client, inp)  # a second start joins the same run
+            assert again.result_run_id == handle.result_run_id
+            desc = await handle.describe()
+            assert (
+                desc.typed_search_attributes.get(SearchAttributeKey.for_keyword("plan_id"))
+                == doc["plan"]["plan_id"]
+            )
+            await asyncio.sleep(3)
+            st = await client.get_workflow_handle_for(WatcherWorkflow.run, wid).query(
+                WatcherWorkflow.status
+            )
+            return int(st.polls)
+
+        before = asyncio.run(phase(first))
+        assert before >= 1
+        temporal_stop(folder)
+        temporal_start(folder, port=port, ui_port=ui)
+        sandbox.appear_after = sandbox.searches + 3
+
+        async def second(client: Any) -> Any:
+            handle = client.get_workflow_handle_for(WatcherWorkflow.run, wid)
+            for _ in range(100):
+                st = await handle.query(WatcherWorkflow.status)
+                if st.status == "waiting_approval":
+                    break
+                await asyncio.sleep(0.2)
+            assert st.polls > before
+            await handle.execute_update(
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
+            )
+            return await handle.result()
+
+        result = asyncio.run(phase(second))
+        assert result.status == "booked" and len(sandbox.bookings) == 1
+    finally:
+        temporal_stop(folder)
