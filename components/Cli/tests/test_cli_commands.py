@@ -143,3 +143,9 @@ def test_registry_validate(home: Path, tmp_path: Path) -> None:
     (broken / "gmail.yaml").write_text("id: gmail\ntitle: G\nops: {}\n")
     r = run(home, "registry", "validate", "--dir", str(tmp_path / "reg"))
     assert r.returncode == 2 and "gmail.yaml: ops" in r.stderr
+
+
+def test_up_without_services_plans_signs_verifies(home: Path) -> None:
+    r = run(home, "up", "--no-services")
+    assert r.returncode == 0, r.stderr
+    assert "signed, verified" in r.stderr and json.loads(r.stdout)["plan_hash"]

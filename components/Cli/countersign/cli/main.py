@@ -19,6 +19,7 @@ import yaml
 
 from countersign.audit.cli import app as audit_app
 from countersign.durable.cli import app as temporal_app
+from countersign.durable.runtime import temporal_start, temporal_status, temporal_stop
 from countersign.kernel import (
     CountersignError,
     Evidence,
@@ -31,10 +32,15 @@ from countersign.kernel import (
     SignatureError,
     parse_contract,
 )
+from countersign.n8n import install as n8n_install
+from countersign.n8n import start as n8n_start
+from countersign.n8n import status as n8n_status
+from countersign.n8n import stop as n8n_stop
 from countersign.n8n.cli import app as n8n_app
 from countersign.planner import make_plan
 from countersign.registry import load_registry
 from countersign.signer import KeyRing, fresh_seed, open_keyring, sign_plan, verify_signed_plan
+from countersign.storage import Database, PlanStore
 from countersign.storage.cli import app as db_app
 
 __all__ = ["app", "main"]
@@ -244,8 +250,12 @@ def up_cmd(
     intent: Annotated[
         Path | None, typer.Option("--intent", help="Intent to plan (default: the meeting example).")
     ] = None,
+    services: Annotated[
+        bool, typer.Option("--services/--no-services", help="Start PostgreSQL, n8n and Temporal.")
+    ] = True,
 ) -> None:
-    """Prepare the embedded stack and run the main job: plan, sign and verify an intent."""
+    """Start the embedded stack (PostgreSQL + pgvector, n8n, Temporal) and run the main job:
+    plan, sign, verify and store an intent. Prints where everything is."""
 
     def body() -> None:
         settings = Settings()
@@ -256,19 +266,65 @@ def up_cmd(
             / "fixtures"
             / "default.intent.json"
         )
-        path = intent or example
         reg = load_registry(settings.registry_dir)
         typer.echo(f"registry ok: version {reg.version[:16]}…", err=True)
-        doc = plan_document(settings, read_document(path), [], {}, now=_now())
+        ring = open_keyring(settings, now=_now(), create=True)
+        typer.echo(f"key ring ok: active key {ring.active()[0]} in {settings.keys_dir}", err=True)
+        store: PlanStore | None = None
+        if services:
+            db = Database.open(settings)
+            store = PlanStore(db)
+            typer.echo(
+                f"database ok: schema {db.current_revision()} ({'external' if settings.database_url else settings.home / 'pg'})",
+                err=True,
+            )
+            n8n_dir = settings.home / "n8n"
+            if not n8n_status(n8n_dir).get("healthy"):
+                n8n_start(
+                    n8n_install(settings.cache_dir),
+                    n8n_dir,
+                    port=settings.n8n_port,
+                    extra_env={"N8N_EXPRESSION_ENGINE": settings.n8n_expression_engine},
+                )
+            typer.echo(f"n8n ok: http://127.0.0.1:{settings.n8n_port}", err=True)
+            t = temporal_start(settings.home / "temporal")
+            typer.echo(f"temporal ok: {t['address']} (UI {t['ui']})", err=True)
+        doc = plan_document(settings, read_document(intent or example), [], {}, now=_now())
         if "needs" in doc:
             _print_json(doc)
             raise typer.Exit(EXIT_NEEDS)
-        ring = open_keyring(settings, now=_now())
         verified = verify_signed_plan(doc, keys=ring)
-        typer.echo(f"signed and verified plan {verified.plan.plan_id}", err=True)
+        if store is not None:
+            store.save_signed(
+                verified.plan, verified.envelope, verified.plan_hash, verified.canonical
+            )
+        typer.echo(f"signed, verified and stored plan {verified.plan.plan_id}", err=True)
         _print_json(doc)
 
     _guard(body)
+
+
+@app.command("down")
+def down_cmd() -> None:
+    """Stop n8n and Temporal (PostgreSQL keeps its data folder and stops with the machine)."""
+    settings = Settings()
+    typer.echo(f"n8n: {'stopped' if n8n_stop(settings.home / 'n8n') else 'not running'}")
+    typer.echo(
+        f"temporal: {'stopped' if temporal_stop(settings.home / 'temporal') else 'not running'}"
+    )
+
+
+@app.command("status")
+def status_cmd() -> None:
+    """Where each service is, as JSON."""
+    settings = Settings()
+    _print_json(
+        {
+            "n8n": n8n_status(settings.home / "n8n"),
+            "temporal": temporal_status(settings.home / "temporal"),
+            "home": str(settings.home),
+        }
+    )
 
 
 def main() -> None:

@@ -1,0 +1,159 @@
+"""Benchmark: durable watchers on the real Temporal dev server (SQLite, loopback).
+
+- watchers started and completed per second (a one-poll watcher that ends `budget_exhausted`);
+- worker memory and CPU holding N idle watchers (each waiting on a long poll timer);
+- time from a gate approval (update accepted) to the booking write finished.
+
+Run: ``.venv/bin/python bench/bench_temporal.py [--idle 1000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, summary
+
+from countersign.approvals import Approvals
+from countersign.durable import ApproveGate, DurableActivities, WatchInput, WatcherWorkflow, connect, make_worker, start_watcher
+from countersign.durable.runtime import temporal_start, temporal_stop
+from countersign.kernel import Intent, Plan, Policy, source_registry_dir
+from countersign.n8n import free_port
+from countersign.planner import make_plan
+from countersign.registry import load_registry
+from countersign.signer import KeyRing, sign_plan
+from countersign.storage import Database, embedded_url
+
+LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+SLOTS = {"on": False}
+
+
+class Visa(BaseHTTPRequestHandler):
+    def _send(self, body: Any) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self) -> None:
+        self._send({"slots": [{"id": "s1"}] if SLOTS["on"] else []})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._send({"id": self.headers.get("Idempotency-Key", "")[-12:]})
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def main_async(idle: int) -> None:
+    tmp = Path(tempfile.mkdtemp())
+    port, ui = free_port(), free_port()
+    temporal_start(tmp / "temporal", port=port, ui_port=ui)
+    visa = ThreadingHTTPServer(("127.0.0.1", 0), Visa)
+    threading.Thread(target=visa.serve_forever, daemon=True).start()
+    db = Database.from_url(embedded_url(tmp / "pg"))
+    registry = load_registry(source_registry_dir())
+    ring = KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=datetime.now(UTC))
+    acts = DurableActivities(db, keys=ring, registry=registry,
+                             settings={"visa_base_url": f"http://127.0.0.1:{visa.server_address[1]}"})
+
+    def doc(i: int) -> dict[str, Any]:
+        intent = Intent.model_validate({
+            "intent": "watch_visa_slots", "intent_id": f"01JDQ3Z0000000000000{i:06d}",
+            "received_at": "2026-11-22T12:00:00Z", "user_id": "alice@example.com",
+            "entities": {"consulate": "lisbon", "date_from": "2027-03-01T00:00:00Z", "date_to": "2027-03-31T00:00:00Z"}})
+        plan = make_plan(intent, [], registry, LOCAL)
+        assert isinstance(plan, Plan)
+        pid, key = ring.active()
+        env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
+        return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+
+    lines: list[str] = []
+    try:
+        client = await connect(f"127.0.0.1:{port}")
+        async with make_worker(client, acts, max_concurrent_activities=32):
+            # 1. one-poll watchers started and completed per second
+            n = 100
+            docs = [doc(i) for i in range(n)]
+            t0 = time.perf_counter()
+            handles = await asyncio.gather(*(start_watcher(client, WatchInput(
+                signed=d, user_id="alice@example.com", watch_step=1, gate_id="gate-A", book_step=3,
+                max_polls=1)) for d in docs))
+            await asyncio.gather(*(h.result() for h in handles))
+            wps = n / (time.perf_counter() - t0)
+            lines.append(f"| one-poll watchers started and completed | {wps:.1f} /s (n={n}, each: verify + 1 poll) |")
+
+            # 2. approval → booking write
+            SLOTS["on"] = True
+            lat = []
+            for i in range(20):
+                d = doc(1000 + i)
+                h = await start_watcher(client, WatchInput(signed=d, user_id="alice@example.com", watch_step=1,
+                                                           gate_id="gate-A", book_step=3, poll_interval_s=1))
+                while (await h.query(WatcherWorkflow.status)).status != "waiting_approval":
+                    await asyncio.sleep(0.05)
+                token = Approvals(db).issue(plan_id=d["plan"]["plan_id"], plan_hash=d["plan_hash"], gate_id="gate-A",
+                                            user_id="alice@example.com", scopes=["visa.book"], ttl_s=300,
+                                            choice={"slot": {"id": "s1"}}).token
+                t0 = time.perf_counter()
+                await h.execute_update(WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token))
+                await h.result()
+                lat.append((time.perf_counter() - t0) * 1000)
+            med, p95 = summary(lat)
+            lines.append(f"| gate approval (update with token redemption) → booking written → run complete | median {med:.0f} ms, p95 {p95:.0f} ms |")
+
+            # 3. idle watchers
+            SLOTS["on"] = False
+            rss0, cpu0 = rss_mb(), resource.getrusage(resource.RUSAGE_SELF)
+            t0 = time.perf_counter()
+            idle_docs = [doc(10_000 + i) for i in range(idle)]
+            for chunk in range(0, idle, 200):
+                await asyncio.gather(*(start_watcher(client, WatchInput(
+                    signed=d, user_id="alice@example.com", watch_step=1, gate_id="gate-A", book_step=3,
+                    poll_interval_s=86400)) for d in idle_docs[chunk:chunk + 200]))
+            start_s = time.perf_counter() - t0
+            await asyncio.sleep(20)
+            rss1 = rss_mb()
+            cpu_a = resource.getrusage(resource.RUSAGE_SELF)
+            await asyncio.sleep(30)
+            cpu_b = resource.getrusage(resource.RUSAGE_SELF)
+            idle_cpu = ((cpu_b.ru_utime + cpu_b.ru_stime) - (cpu_a.ru_utime + cpu_a.ru_stime)) / 30 * 100
+            lines.append(f"| {idle} idle watchers (first poll done, waiting on a 1-day timer) | started in {start_s:.1f} s; "
+                         f"worker RSS {rss0:.0f} → {rss1:.0f} MB (+{(rss1 - rss0) * 1024 / idle:.0f} KB each); "
+                         f"idle CPU {idle_cpu:.1f} % of one core |")
+            _ = cpu0
+    finally:
+        temporal_stop(tmp / "temporal")
+        visa.shutdown()
+    print(f"machine: {machine()}; Temporal dev server 1.32 (SQLite), worker in this process\n")
+    print("| measure | result |")
+    print("| --- | --- |")
+    for line in lines:
+        print(line)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--idle", type=int, default=1000)
+    asyncio.run(main_async(ap.parse_args().idle))
