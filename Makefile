@@ -26,7 +26,7 @@ lint:
 	$(BIN)/ruff format --check .
 
 typecheck:
-	$(BIN)/mypy components tests bench
+	$(BIN)/mypy components tests bench usecases
 
 unit:
 	$(BIN)/pytest -q

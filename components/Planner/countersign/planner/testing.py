@@ -6,8 +6,10 @@ written to the repository.
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from countersign.registry import Registry, load_registry
 from countersign.signer import KeyRing
 
 __all__ = [
+    "assert_golden_plans_gate_writes",
     "evidence_items",
     "make_intent",
     "meeting_intents",
@@ -124,3 +127,18 @@ def evidence_items() -> st.SearchStrategy[list[Evidence]]:
         ttl_days=st.one_of(st.none(), st.integers(0, 3650)),
     )
     return st.lists(item, max_size=4)
+
+
+def assert_golden_plans_gate_writes(usecase_dir: Path) -> None:
+    """Every golden plan of a use case parses and runs its Bookers/Notifiers after a gate."""
+    from countersign.kernel import Plan, parse_contract  # noqa: PLC0415
+
+    goldens = sorted((usecase_dir / "plans").glob("*.plan.json"))
+    assert goldens, f"no golden plans under {usecase_dir}"
+    for golden in goldens:
+        plan = parse_contract(Plan, json.loads(golden.read_text())["plan"])
+        gates = [s.step for s in plan.graph if s.gate_id]
+        assert gates, golden
+        for s in plan.graph:
+            if s.role in {"Booker", "Notifier"}:
+                assert s.step > min(gates) and not s.dry_run, (golden, s.step)
