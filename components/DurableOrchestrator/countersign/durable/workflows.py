@@ -194,9 +194,13 @@ class WatcherWorkflow:
                 st.found = slots[0]
                 st.status = "waiting_approval"
                 break
+            if st.polls >= inp.max_polls:
+                return await self._end(inp, "budget_exhausted")  # no point sleeping first
             # interval with ±10 % jitter; after errors, back off exponentially (capped at 16x)
             base = st.poll_interval_s * (2 ** min(st.errors, 4))
             wait = base * (0.9 + 0.2 * workflow.random().random())
+            if (workflow.now() - st.started_at).total_seconds() + wait > inp.max_lifetime_s:
+                return await self._end(inp, "budget_exhausted")
             st.next_poll_at = workflow.now() + timedelta(seconds=wait)
             self._reconfigured = False
             with contextlib.suppress(TimeoutError):  # the interval passed: poll again
