@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ulid import ULID
+
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
 from countersign.binding import resolve_refs
@@ -81,7 +83,9 @@ class Executor:
     settings: Mapping[str, str]
     credentials: Mapping[str, CredentialRef] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-    owner: str = "executor"
+    #: who holds idempotency keys while writing; unique per Executor so two processes executing
+    #: the same plan can never complete each other's keys
+    owner: str = field(default_factory=lambda: f"executor-{ULID()}")
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(clock=self.clock)
