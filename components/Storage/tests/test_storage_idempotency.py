@@ -142,3 +142,37 @@ def test_bad_input_leaves_no_rows(db: Database, key: str, req: str, owner: str) 
         IdempotencyLedger(db).claim(key, req, owner=owner)
     with db.tx() as c:
         assert c.execute(text("SELECT count(*) FROM idempotency_keys")).scalar() == 0
+
+
+def test_plan_store_roundtrip_conflict_and_bad_input(
+    db: Database, registry: Any, keyring: Any
+) -> None:
+    from countersign.kernel import Plan, Policy
+    from countersign.planner import make_plan
+    from countersign.planner.testing import make_intent
+    from countersign.signer import sign_plan
+    from countersign.storage import PlanConflictError, PlanStore
+
+    plan = make_plan(make_intent(), [], registry, Policy())
+    assert isinstance(plan, Plan)
+    pid, key = keyring.active()
+    env, digest, canonical = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
+    store = PlanStore(db)
+    with pytest.raises(StorageInputError, match="sha256"):
+        store.save_signed(plan, env, "0" * 64, canonical)
+    assert store.save_signed(plan, env, digest, canonical) is True
+    assert store.save_signed(plan, env, digest, canonical) is False
+    got = store.get(plan.plan_id)
+    assert (
+        got is not None and got["canonical"] == canonical and len(got["steps"]) == len(plan.graph)
+    )
+    with pytest.raises(StorageInputError, match="banana"):
+        store.set_step(plan.plan_id, 1, "banana")
+    other = plan.model_copy(
+        update={"constraints": plan.constraints.model_copy(update={"ttl_s": 901})}
+    )
+    from countersign.kernel import canonical_bytes, sha256_hex
+
+    ob = canonical_bytes(other.to_json())
+    with pytest.raises(PlanConflictError):
+        store.save_signed(other, env, sha256_hex(ob), ob)

@@ -47,6 +47,13 @@ class AuditEntry(Contract):
     retries: int = Field(default=0, ge=0)
     details: dict[str, JsonValue] = Field(default_factory=dict)
 
+    @field_validator("reason", "op")
+    @classmethod
+    def _no_secret_text(cls, v: str | None) -> str | None:
+        if v is not None and re.search(r"cst_[A-Za-z0-9_-]{20,}|n8n_api_|-----BEGIN", v):
+            raise ValueError("looks like a token or key; the audit log keeps derived facts only")
+        return v
+
     @field_validator("details")
     @classmethod
     def _derived_only(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:

@@ -356,8 +356,28 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _group_alive(pgid: int) -> bool:
+    """Is any process of the group still there (zombies aside)? Children such as the task
+    runner can keep n8n's listening socket open after the main process exited."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 def stop(data_dir: Path, *, timeout_s: float = 15.0) -> bool:
-    """SIGTERM the n8n started in ``data_dir`` (SIGKILL after ``timeout_s``). True if it ran."""
+    """SIGTERM n8n's whole process group (SIGKILL after ``timeout_s``); returns when no process of
+    it is left, so its port is free. True if it ran."""
     pid_file = data_dir / "n8n.pid"
     if not pid_file.exists():
         return False
@@ -365,10 +385,13 @@ def stop(data_dir: Path, *, timeout_s: float = 15.0) -> bool:
     ran = _alive(pid)
     _kill_group(pid)
     deadline = time.monotonic() + timeout_s
-    while _alive(pid) and time.monotonic() < deadline:
+    while _group_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(pid):
+    if _group_alive(pid):
         _kill_group(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while _group_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
     pid_file.unlink(missing_ok=True)
     return ran
 

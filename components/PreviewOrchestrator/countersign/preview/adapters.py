@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import Connection
+
 from countersign.audit import AuditLog
 from countersign.kernel import SignatureError
 from countersign.n8n import N8nClient
@@ -85,24 +87,30 @@ class StoreRecorder:
             )
 
     def remember(self, verified: VerifiedPlan, *, actor: str) -> None:
-        """Store a verified plan (idempotent) and audit the first time it is seen."""
-        if self.plans.save_signed(
-            verified.plan, verified.envelope, verified.plan_hash, verified.canonical
-        ):
-            with self.db.tx() as c:
-                self.audit.append(
-                    c,
-                    {
-                        "kind": "plan_signed",
-                        "status": "ok",
-                        "actor": actor[:128],
-                        "plan_id": verified.plan.plan_id,
-                        "details": {
-                            "plan_hash": verified.plan_hash,
-                            "key": verified.envelope.pubkey_id,
-                        },
+        """Store a verified plan (idempotent); the first store and its audit row commit together."""
+
+        def audit(c: Connection) -> None:
+            self.audit.append(
+                c,
+                {
+                    "kind": "plan_signed",
+                    "status": "ok",
+                    "actor": actor[:128],
+                    "plan_id": verified.plan.plan_id,
+                    "details": {
+                        "plan_hash": verified.plan_hash,
+                        "key": verified.envelope.pubkey_id,
                     },
-                )
+                },
+            )
+
+        self.plans.save_signed(
+            verified.plan,
+            verified.envelope,
+            verified.plan_hash,
+            verified.canonical,
+            on_insert=audit,
+        )
 
     def preview_done(
         self,

@@ -7,15 +7,16 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
-from countersign.kernel import Plan, SignatureEnvelope
+from countersign.kernel import Plan, SignatureEnvelope, sha256_hex
 
 from .db import Database
 from .errors import PlanConflictError, StorageInputError
 
 __all__ = ["PlanStore"]
 
+_STEP_STATUSES = {"pending", "previewed", "running", "done", "failed", "compensated", "skipped"}
 _STATUSES = {
     "signed",
     "previewed",
@@ -36,13 +37,28 @@ class PlanStore:
         self._clock = clock or (lambda: datetime.now(UTC))
 
     def save_signed(
-        self, plan: Plan, envelope: SignatureEnvelope, plan_hash: str, canonical: bytes
+        self,
+        plan: Plan,
+        envelope: SignatureEnvelope,
+        plan_hash: str,
+        canonical: bytes,
+        *,
+        on_insert: Callable[[Connection], None] | None = None,
     ) -> bool:
         """Store a verified plan. Idempotent: the same plan again is a no-op (False).
 
+        Args:
+            on_insert: runs in the same transaction when the plan is new (its audit row), so a
+                stored plan always has one.
+
         Raises:
+            StorageInputError: ``plan_hash`` is not the sha256 of ``canonical``.
             PlanConflictError: the plan id is stored with another hash.
         """
+        if sha256_hex(canonical) != plan_hash:
+            raise StorageInputError(
+                f"plan {plan.plan_id}: plan_hash is not the sha256 of the canonical bytes"
+            )
         now = self._clock()
         with self.db.tx() as c:
             inserted = c.execute(
@@ -85,6 +101,8 @@ class PlanStore:
                     ),
                     {"p": plan.plan_id, "s": s.step, "now": now},
                 )
+            if on_insert is not None:
+                on_insert(c)
             return True
 
     def get(self, plan_id: str) -> dict[str, Any] | None:
@@ -137,6 +155,10 @@ class PlanStore:
         fingerprint: str | None = None,
     ) -> None:
         """Record a step's status (and output / fingerprint when given)."""
+        if status not in _STEP_STATUSES:
+            raise StorageInputError(
+                f"step status {status!r} is not one of {sorted(_STEP_STATUSES)}"
+            )
         with self.db.tx() as c:
             n = c.execute(
                 text(

@@ -2,6 +2,8 @@
 
 ``pg_url`` (session): the database URL, migrated to head. ``db`` (per test): a ``Database`` on
 it with every table emptied and the audit chain reset, so tests do not see each other's rows.
+Because the fixture empties tables, it never uses ``DATABASE_URL`` (a developer's real database);
+an external test database is opted into with ``COUNTERSIGN_TEST_DATABASE_URL``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ _TABLES = (
 
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A PostgreSQL with pgvector, migrated; embedded unless DATABASE_URL is set."""
-    url = os.environ.get("DATABASE_URL") or embedded_url(tmp_path_factory.mktemp("pg"))
+    """A PostgreSQL with pgvector, migrated; embedded unless COUNTERSIGN_TEST_DATABASE_URL is set."""
+    url = os.environ.get("COUNTERSIGN_TEST_DATABASE_URL") or embedded_url(
+        tmp_path_factory.mktemp("pg")
+    )
     database = Database.from_url(url)
     database.dispose()
     yield url
