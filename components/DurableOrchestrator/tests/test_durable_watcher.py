@@ -473,3 +473,47 @@ def test_real_dev_server_restart_keeps_the_watcher(
         assert result.status == "booked" and len(sandbox.bookings) == 1
     finally:
         temporal_stop(folder)
+
+
+def test_execute_hands_durable_plans_to_temporal_once(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """The ExecuteOrchestrator starts the plan's watcher (id from plan_id; a second execute joins
+    it), spends no token itself, and the gate is then approved on the workflow."""
+    from countersign.durable import durable_starter, watch_input_for
+    from countersign.execute import Executor
+
+    sandbox.appear_after = 2
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        inp = watch_input_for(doc, "alice@example.com")
+        assert (inp.watch_step, inp.gate_id, inp.book_step, inp.notify_step) == (1, "gate-A", 3, 4)
+        executor = Executor(
+            keys=keyring,
+            registry=registry,
+            transport=None,
+            db=db,
+            settings={},
+            durable=durable_starter(env.client, search_attributes=False),
+        )
+        first = await executor.execute(doc, user_id="alice@example.com")
+        second = await executor.execute(doc, user_id="alice@example.com")
+        assert first.status == second.status == "handed_off"
+        assert first.workflow_id == second.workflow_id == f"watch-{doc['plan']['plan_id']}"
+        handle = env.client.get_workflow_handle_for(WatcherWorkflow.run, first.workflow_id)
+        await _until(env, handle, "waiting_approval", step_h=1)
+        # the plan's own budget came from the signed args (policy default: 900 s interval)
+        st = await handle.query(WatcherWorkflow.status)
+        assert st is not None and st.poll_interval_s == 900
+        await handle.execute_update(
+            WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
+        )
+        return await handle.result()
+
+    result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert result.status == "booked" and len(sandbox.bookings) == 1
+    with db.tx() as c:
+        assert (
+            c.execute(text("SELECT count(*) FROM audit_log WHERE kind = 'handed_off'")).scalar()
+            == 2
+        )

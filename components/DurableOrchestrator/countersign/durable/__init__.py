@@ -12,7 +12,16 @@ from .models import (
     WatchResult,
     WatchState,
 )
-from .worker import TASK_QUEUE, connect, make_worker, replayer, start_watcher, workflow_runner
+from .worker import (
+    TASK_QUEUE,
+    connect,
+    durable_starter,
+    make_worker,
+    replayer,
+    start_watcher,
+    watch_input_for,
+    workflow_runner,
+)
 from .workflows import WatcherWorkflow
 
 __all__ = [
@@ -29,9 +38,11 @@ __all__ = [
     "WatchState",
     "WatcherWorkflow",
     "connect",
+    "durable_starter",
     "http_call",
     "make_worker",
     "replayer",
     "start_watcher",
+    "watch_input_for",
     "workflow_runner",
 ]

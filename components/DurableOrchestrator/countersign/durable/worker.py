@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,7 +21,16 @@ from .activities import DurableActivities
 from .models import WatchInput
 from .workflows import WatcherWorkflow
 
-__all__ = ["TASK_QUEUE", "connect", "make_worker", "replayer", "start_watcher", "workflow_runner"]
+__all__ = [
+    "TASK_QUEUE",
+    "connect",
+    "durable_starter",
+    "make_worker",
+    "replayer",
+    "start_watcher",
+    "watch_input_for",
+    "workflow_runner",
+]
 
 TASK_QUEUE = "countersign-durable"
 
@@ -64,7 +74,7 @@ def replayer() -> Replayer:
 
 
 async def start_watcher(
-    client: Client, inp: WatchInput, *, task_queue: str = TASK_QUEUE
+    client: Client, inp: WatchInput, *, task_queue: str = TASK_QUEUE, search_attributes: bool = True
 ) -> WorkflowHandle[Any, Any]:
     """Start (or join) the watcher of a plan: id ``watch-<plan_id>``, so a second start is a no-op;
     search attributes user_id, plan_id, intent let a person find it in the Temporal UI."""
@@ -83,9 +93,54 @@ async def start_watcher(
         inp,
         id=f"watch-{plan['plan_id']}",
         task_queue=task_queue,
-        search_attributes=attrs,
+        search_attributes=attrs if search_attributes else TypedSearchAttributes.empty,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
+
+
+def watch_input_for(signed: dict[str, Any], user_id: str) -> WatchInput:
+    """The watcher input for a signed plan: its Watcher step, the gate after it, the first Booker
+    and Notifier after the gate; budget from the Watcher's args (the planner fills defaults)."""
+    graph = signed["plan"]["graph"]
+    watch = next((s for s in graph if s["role"] == "Watcher"), None)
+    if watch is None:
+        raise ValueError("the plan has no Watcher step")
+    gate = next((s for s in graph if s.get("gate_id") and s["step"] > watch["step"]), None)
+    book = next(
+        (s for s in graph if s["role"] == "Booker" and gate and s["step"] > gate["step"]), None
+    )
+    if gate is None or book is None:
+        raise ValueError("the plan has no gate and Booker after its Watcher")
+    notify = next((s for s in graph if s["role"] == "Notifier" and s["step"] > book["step"]), None)
+    budget = {
+        k: watch["args"][k]
+        for k in ("poll_interval_s", "max_polls", "max_lifetime_s")
+        if k in watch["args"]
+    }
+    return WatchInput(
+        signed=signed,
+        user_id=user_id,
+        watch_step=watch["step"],
+        gate_id=gate["gate_id"],
+        book_step=book["step"],
+        notify_step=notify["step"] if notify else None,
+        **budget,
+    )
+
+
+def durable_starter(
+    client: Client, *, search_attributes: bool = True
+) -> Callable[[dict[str, Any], str], Awaitable[str]]:
+    """What the ExecuteOrchestrator calls to hand a plan's durable steps to Temporal: starts (or
+    joins) the plan's watcher and returns its workflow id."""
+
+    async def start(signed: dict[str, Any], user_id: str) -> str:
+        handle = await start_watcher(
+            client, watch_input_for(signed, user_id), search_attributes=search_attributes
+        )
+        return handle.id
+
+    return start
 
 
 async def connect(address: str, *, namespace: str = "default") -> Client:

@@ -11,7 +11,7 @@ decision is audited.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -70,6 +70,7 @@ class ExecuteReport:
     status: str
     wrappers: list[ExecuteWrapper] = field(default_factory=list)
     compensated: list[int] = field(default_factory=list)
+    workflow_id: str | None = None
 
 
 @dataclass
@@ -78,7 +79,7 @@ class Executor:
 
     keys: KeyLookup
     registry: Registry
-    transport: StepTransport
+    transport: StepTransport | None
     db: Database
     settings: Mapping[str, str]
     credentials: Mapping[str, CredentialRef] = field(default_factory=dict)
@@ -86,6 +87,9 @@ class Executor:
     #: who holds idempotency keys while writing; unique per Executor so two processes executing
     #: the same plan can never complete each other's keys
     owner: str = field(default_factory=lambda: f"executor-{ULID()}")
+    #: hands a plan's durable steps to Temporal (``countersign.durable.durable_starter``); returns
+    #: the workflow id. Without it, plans with durable writes are refused.
+    durable: Callable[[dict[str, Any], str], Awaitable[str]] | None = None
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(clock=self.clock)
@@ -125,8 +129,10 @@ class Executor:
         specs = write_specs(plan, self.registry)
         durable = [w.step for w in specs if plan.step(w.step).mode != "interactive"]
         if durable:
+            return await self._hand_off(verified, document, durable, user_id)
+        if self.transport is None:
             raise ExecuteRefusedError(
-                f"plan {plan.plan_id}: durable write steps {durable} run on Temporal (DurableOrchestrator)"
+                f"plan {plan.plan_id}: no n8n transport configured for interactive steps"
             )
         choices = self._prove_gates(verified, specs, user_id, tokens or {})
         preview_out, prints = self.recorder.plans.preview_of(plan.plan_id)
@@ -151,6 +157,27 @@ class Executor:
         if reads and not resumed:
             await self._check_stale(plan, runner, reads, prints, preview_out, user_id)
         return await self._run_writes(verified, specs, runner, outputs, choices, user_id)
+
+    async def _hand_off(
+        self, verified: VerifiedPlan, document: Any, durable: list[int], user_id: str
+    ) -> ExecuteReport:
+        """Durable writes: start (or join) the plan's Temporal workflow; its gates are approved
+        there (``approve_gate`` update with a token), so no token is spent here."""
+        plan = verified.plan
+        if self.durable is None:
+            raise ExecuteRefusedError(
+                f"plan {plan.plan_id}: durable write steps {durable} run on Temporal and no durable starter is configured"
+            )
+        workflow_id = await self.durable(verified.document(), user_id)
+        self.recorder.plans.set_status(plan.plan_id, "waiting")
+        self._audit(
+            kind="handed_off",
+            status="ok",
+            actor=user_id,
+            plan_id=plan.plan_id,
+            details={"workflow_id": workflow_id, "steps": durable},
+        )
+        return ExecuteReport(plan.plan_id, "handed_off", workflow_id=workflow_id)
 
     # ---- gates ----------------------------------------------------------------------------------
     def _prove_gates(
