@@ -517,3 +517,111 @@ def test_execute_hands_durable_plans_to_temporal_once(
             c.execute(text("SELECT count(*) FROM audit_log WHERE kind = 'handed_off'")).scalar()
             == 2
         )
+
+
+def test_worker_sigkill_and_approval_while_no_worker_runs(
+    pg_url: str,
+    db: Database,
+    registry: Registry,
+    sandbox: VisaSandbox,
+    smtp_server: SmtpSink,
+    tmp_path: Path,
+) -> None:
+    """Real dev server; the worker is the real `countersign temporal worker` process. It is
+    SIGKILLed while the watcher waits for approval; the approval is sent while no worker runs and
+    is applied when a new worker starts; the slot is booked exactly once."""
+    import base64
+    import signal
+    import subprocess
+
+    from countersign.durable import connect, start_watcher
+    from countersign.durable.runtime import temporal_start, temporal_stop
+    from countersign.n8n import free_port
+
+    seed = os.urandom(32)
+    ring = KeyRing.from_seed(
+        seed,
+        pubkey_id="ci-key",
+        created_at=__import__("datetime").datetime.now(__import__("datetime").UTC),
+    )
+    doc = _signed(registry, ring)
+    port, ui = free_port(), free_port()
+    folder = tmp_path / "temporal"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
+    env.update(
+        {
+            "COUNTERSIGN_HOME": str(tmp_path / "home"),
+            "DATABASE_URL": pg_url,
+            "COUNTERSIGN_SIGNING_KEY": base64.b64encode(seed).decode(),
+            "COUNTERSIGN_SIGNING_KEY_ID": "ci-key",
+            "COUNTERSIGN_TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
+            "COUNTERSIGN_CONNECTOR_SETTINGS": json.dumps(
+                {
+                    "visa_base_url": sandbox.url,
+                    "smtp_host": smtp_server.host,
+                    "smtp_port": str(smtp_server.port),
+                    "smtp_from": "countersign@example.com",
+                }
+            ),
+        }
+    )
+
+    def worker() -> subprocess.Popen[bytes]:
+        log = (tmp_path / "worker.log").open("ab")
+        return subprocess.Popen(
+            [sys.executable, "-m", "countersign.cli", "temporal", "worker"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    sandbox.appear_after = 2
+    temporal_start(folder, port=port, ui_port=ui)
+    first = worker()
+    second: subprocess.Popen[bytes] | None = None
+    try:
+
+        async def go() -> Any:
+            nonlocal second
+            client = await connect(f"127.0.0.1:{port}")
+            inp = WatchInput(
+                signed=doc,
+                user_id="alice@example.com",
+                watch_step=1,
+                gate_id="gate-A",
+                book_step=3,
+                notify_step=4,
+                poll_interval_s=1,
+            )
+            handle = await start_watcher(client, inp)
+            for _ in range(300):
+                st = await handle.query(WatcherWorkflow.status)
+                if st is not None and st.status == "waiting_approval":
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(
+                    "watcher never waited for approval: "
+                    + (tmp_path / "worker.log").read_text()[-2000:]
+                )
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
+            approval = asyncio.create_task(
+                handle.execute_update(
+                    WatcherWorkflow.approve_gate,
+                    ApproveGate(gate_id="gate-A", token=_token(db, doc)),
+                )
+            )
+            await asyncio.sleep(2)
+            assert not approval.done()  # nobody to run it yet
+            second = worker()
+            assert await asyncio.wait_for(approval, 60) == "approved"
+            return await asyncio.wait_for(handle.result(), 60)
+
+        result = asyncio.run(go())
+        assert result.status == "booked" and len(sandbox.bookings) == 1
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+        temporal_stop(folder)

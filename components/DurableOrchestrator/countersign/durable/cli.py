@@ -40,10 +40,9 @@ def status_cmd() -> None:
 
 
 @app.command("worker")
-def worker_cmd(
-    address: str = typer.Option("127.0.0.1:7233", help="Temporal frontend address."),
-) -> None:
-    """Run the durable worker until interrupted."""
+def worker_cmd() -> None:
+    """Run the durable worker until interrupted (COUNTERSIGN_TEMPORAL_ADDRESS, DATABASE_URL,
+    COUNTERSIGN_CONNECTOR_SETTINGS configure it)."""
     from datetime import UTC, datetime  # noqa: PLC0415
 
     settings = Settings()
@@ -52,7 +51,7 @@ def worker_cmd(
         db,
         keys=open_keyring(settings, now=datetime.now(UTC)),
         registry=load_registry(settings.registry_dir),
-        settings={},
+        settings=settings.connector_settings,
     )
 
     async def run() -> None:
