@@ -34,6 +34,7 @@ from countersign.durable import (
     TASK_QUEUE,
     ApproveGate,
     DurableActivities,
+    PlanExecutionWorkflow,
     Reconfigure,
     RejectGate,
     WatcherWorkflow,
@@ -61,6 +62,7 @@ class VisaSandbox:
     searches: int = 0
     windows: list[tuple[str, str]] = field(default_factory=list)
     bookings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cancelled: list[str] = field(default_factory=list)
     url: str = ""
 
 
@@ -97,6 +99,10 @@ def sandbox() -> Iterator[VisaSandbox]:
                     "slot": body.get("slot"),
                 }
             self._send(201, state.bookings[key])
+
+        def do_DELETE(self) -> None:
+            state.cancelled.append(self.path.rsplit("/", 1)[-1])
+            self._send(200, {"cancelled": True})
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -625,3 +631,153 @@ def test_worker_sigkill_and_approval_while_no_worker_runs(
             if p is not None and p.poll() is None:
                 p.kill()
         temporal_stop(folder)
+
+
+def _signed_plan(registry: Registry, keyring: KeyRing, notify: bool = True) -> dict[str, Any]:
+    n = next(_ids)
+    ents: dict[str, Any] = {
+        "consulates": ["lisbon", "porto"],
+        "date_from": "2027-03-01T00:00:00Z",
+        "date_to": "2027-03-31T00:00:00Z",
+    }
+    if notify:
+        ents["notify_to"] = "alice@example.com"
+    intent = Intent.model_validate(
+        {
+            "intent": "book_visa_slot",
+            "intent_id": f"01JDQ3Z00000000000000{n:05d}",
+            "received_at": "2026-11-22T12:00:00Z",
+            "user_id": "alice@example.com",
+            "entities": ents,
+        }
+    )
+    plan = make_plan(intent, [], registry, LOCAL)
+    assert isinstance(plan, Plan)
+    pid, key = keyring.active()
+    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
+    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+
+
+def _plan_scenario(
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    settings: dict[str, str],
+    doc: dict[str, Any],
+    body: Any,
+) -> Any:
+    acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
+
+    async def go() -> Any:
+        async with (
+            await WorkflowEnvironment.start_time_skipping(
+                test_server_existing_path=_server(), data_converter=pydantic_data_converter
+            ) as env,
+            make_worker(env.client, acts),
+        ):
+            return await body(env)
+
+    return asyncio.run(go())
+
+
+async def _plan_until_waiting(env: WorkflowEnvironment, handle: Any) -> dict[str, str]:
+    for _ in range(200):
+        st = await handle.query(PlanExecutionWorkflow.status)
+        if "waiting_approval" in st.values():
+            return dict(st)
+        await asyncio.sleep(0.05)
+    raise AssertionError("the plan never waited for its gate")
+
+
+def test_plan_interpreter_parallel_reads_gate_write_notify(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    sandbox.appear_after = 0
+    smtp_server.messages.clear()
+    doc = _signed_plan(registry, keyring)
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp_server.host,
+        "smtp_port": str(smtp_server.port),
+        "smtp_from": "countersign@example.com",
+    }
+
+    async def body(env: WorkflowEnvironment) -> Any:
+        from countersign.durable import durable_starter
+
+        start = durable_starter(env.client, search_attributes=False)
+        wid = await start(doc, "alice@example.com")
+        assert (
+            wid == f"plan-{doc['plan']['plan_id']}" and await start(doc, "alice@example.com") == wid
+        )
+        handle = env.client.get_workflow_handle_for(PlanExecutionWorkflow.run, wid)
+        st = await _plan_until_waiting(env, handle)
+        assert st == {
+            "1": "done",
+            "2": "done",
+            "3": "waiting_approval",
+            "4": "pending",
+            "5": "pending",
+        }
+        token = _token(
+            db,
+            doc,
+            scopes=["mail.send", "visa.book"],
+            choice={"consulate": "porto", "slot": {"id": "slot-1"}},
+        )
+        await handle.execute_update(
+            PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+        )
+        result = await handle.result()
+        await _replay(env, wid, "plan_completed.json")
+        return result
+
+    result = _plan_scenario(db, registry, keyring, settings, doc, body)
+    assert result.status == "completed" and set(result.steps.values()) == {"done"}
+    assert sandbox.searches == 2 and len(sandbox.bookings) == 1
+    assert next(iter(sandbox.bookings.values()))["slot"] == {"id": "slot-1"}
+    assert len(smtp_server.to("alice@example.com")) == 1
+
+
+def test_plan_saga_compensates_the_booking_when_the_mail_fails(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox
+) -> None:
+    from countersign.durable import start_plan
+    from countersign.durable.models import PlanInput
+    from countersign.n8n import free_port
+
+    sandbox.appear_after = 0
+    doc = _signed_plan(registry, keyring)
+    closed = free_port()  # nothing listens: the SMTP connection is refused
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": "127.0.0.1",
+        "smtp_port": str(closed),
+        "smtp_from": "countersign@example.com",
+    }
+
+    async def body(env: WorkflowEnvironment) -> Any:
+        handle = await start_plan(
+            env.client, PlanInput(signed=doc, user_id="alice@example.com"), search_attributes=False
+        )
+        await _plan_until_waiting(env, handle)
+        token = _token(
+            db,
+            doc,
+            scopes=["mail.send", "visa.book"],
+            choice={"consulate": "lisbon", "slot": {"id": "slot-1"}},
+        )
+        await handle.execute_update(
+            PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+        )
+        result = await handle.result()
+        await _replay(env, handle.id)
+        return result
+
+    result = _plan_scenario(db, registry, keyring, settings, doc, body)
+    assert result.status == "failed" and result.failed_step == 5
+    assert result.compensated == [4] and result.steps["4"] == "compensated"
+    assert sandbox.cancelled == ["booking-1"]
+    with db.tx() as c:
+        kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
+    assert kinds.count("step_compensated") == 1

@@ -4,6 +4,8 @@ from .activities import DurableActivities
 from .http import HttpCall, http_call
 from .models import (
     ApproveGate,
+    PlanInput,
+    PlanRunResult,
     Reconfigure,
     RedeemCall,
     RejectGate,
@@ -12,12 +14,14 @@ from .models import (
     WatchResult,
     WatchState,
 )
+from .plan_workflow import PlanExecutionWorkflow
 from .worker import (
     TASK_QUEUE,
     connect,
     durable_starter,
     make_worker,
     replayer,
+    start_plan,
     start_watcher,
     watch_input_for,
     workflow_runner,
@@ -29,6 +33,9 @@ __all__ = [
     "ApproveGate",
     "DurableActivities",
     "HttpCall",
+    "PlanExecutionWorkflow",
+    "PlanInput",
+    "PlanRunResult",
     "Reconfigure",
     "RedeemCall",
     "RejectGate",
@@ -42,6 +49,7 @@ __all__ = [
     "http_call",
     "make_worker",
     "replayer",
+    "start_plan",
     "start_watcher",
     "watch_input_for",
     "workflow_runner",

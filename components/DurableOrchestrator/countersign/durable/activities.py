@@ -20,14 +20,14 @@ from temporalio.exceptions import ApplicationError
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
-from countersign.execute import idempotency_key
+from countersign.execute import compensation_steps, idempotency_key
 from countersign.kernel import CountersignError, PlanStep, content_hash
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
 from countersign.storage import Database, IdempotencyLedger, PlanStore
 
 from .http import http_call
-from .models import RedeemCall, StepCall
+from .models import CompensateCall, RedeemCall, StepCall
 
 __all__ = ["DurableActivities"]
 
@@ -83,8 +83,11 @@ class DurableActivities:
         """One read of the watched op (a GET per its binding); its normalized output."""
         v = self._verified(call.signed)
         step = v.plan.step(call.step)
-        args = {**step.args, **call.args_override}
         try:
+            args = {
+                **resolve_refs(step.args, _int_keys(call.outputs), call.choices),
+                **call.args_override,
+            }
             node = resolve_step(step.model_copy(update={"args": args}), self.registry)
             req = http_call(node, render_data(node, args, self.settings))
             r = httpx.request(
@@ -149,9 +152,12 @@ class DurableActivities:
         v = self._verified(call.signed)
         plan = v.plan
         step = plan.step(call.step)
-        choices = {call.gate_id: call.choice} if call.gate_id else {}
+        choices = dict(call.choices) or ({call.gate_id: call.choice} if call.gate_id else {})
         try:
-            args = {**resolve_refs(step.args, {}, choices), **call.args_override}
+            args = {
+                **resolve_refs(step.args, _int_keys(call.outputs), choices),
+                **call.args_override,
+            }
         except CountersignError as e:
             raise _app_error(e) from e
         key = idempotency_key(plan.plan_id, step.step, args)
@@ -208,6 +214,54 @@ class DurableActivities:
         )
         return result
 
+    @activity.defn(name="compensate")
+    def compensate(self, call: CompensateCall) -> list[int]:
+        """Run the registry's compensations of ``done`` writes, newest first, each at most once;
+        the original steps that were undone."""
+        v = self._verified(call.signed)
+        plan = v.plan
+        outputs = _int_keys(call.outputs)
+        done = [
+            (
+                plan.step(d.step),
+                resolve_refs(plan.step(d.step).args, outputs, call.choices),
+                d.result,
+            )
+            for d in call.done
+        ]
+        undone: list[int] = []
+        owner = f"temporal:{activity.info().workflow_id}"
+        for comp in compensation_steps(plan, self.registry, done):
+            original = 10_000 - comp.step
+            key = idempotency_key(plan.plan_id, comp.step, comp.args)
+            claim = self.ledger.claim(key, content_hash(comp.args), owner=owner)
+            if claim.state != "completed":
+                self.ledger.mark_sent(key, owner=owner)
+                try:
+                    result = self._perform(comp, comp.args, key)
+                except Exception as e:
+                    self.ledger.mark_unknown(key, type(e).__name__, owner=owner)
+                    self._audit(
+                        kind="step_compensated",
+                        status="unknown",
+                        actor=call.user_id,
+                        plan_id=plan.plan_id,
+                        step=original,
+                        op=f"{comp.uses}.{comp.call}",
+                    )
+                    continue
+                self.ledger.complete(key, result, owner=owner)
+            self._audit(
+                kind="step_compensated",
+                status="ok",
+                actor=call.user_id,
+                plan_id=plan.plan_id,
+                step=original,
+                op=f"{comp.uses}.{comp.call}",
+            )
+            undone.append(original)
+        return undone
+
     def _perform(self, step: PlanStep, args: Mapping[str, Any], key: str) -> dict[str, Any]:
         node = resolve_step(step.model_copy(update={"args": dict(args)}), self.registry)
         if node.node_type == "n8n-nodes-base.emailSend":
@@ -256,3 +310,7 @@ class _NotSentError(Exception):
 
 class _RefusedError(Exception):
     """The provider answered 4xx: no effect."""
+
+
+def _int_keys(outputs: Mapping[str, Any]) -> dict[int, Any]:
+    return {int(k): v for k, v in outputs.items()}

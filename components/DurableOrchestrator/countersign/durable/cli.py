@@ -55,7 +55,12 @@ def worker_cmd() -> None:
     )
 
     async def run() -> None:
-        client = await connect(settings.temporal_address, namespace=settings.temporal_namespace)
+        client = await connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            tls_cert=settings.temporal_tls_cert,
+            tls_key=settings.temporal_tls_key,
+        )
         await make_worker(client, acts).run()
 
     asyncio.run(run())

@@ -86,6 +86,8 @@ class StepCall(_M):
     args_override: dict[str, Any] = Field(default_factory=dict)
     choice: Any = None
     gate_id: str | None = None
+    choices: dict[str, Any] = Field(default_factory=dict)
+    outputs: dict[str, Any] = Field(default_factory=dict)
 
 
 class RedeemCall(_M):
@@ -95,3 +97,37 @@ class RedeemCall(_M):
     user_id: str
     gate_id: str
     token: str
+
+
+class PlanInput(_M):
+    """Run a signed plan's durable steps (no Watcher) as a DAG."""
+
+    signed: dict[str, Any]
+    user_id: str
+    approval_timeout_s: int = Field(default=86400, ge=1)
+
+
+class DoneWrite(_M):
+    """A write that happened (for compensation)."""
+
+    step: int
+    result: dict[str, Any]
+
+
+class CompensateCall(_M):
+    """Undo these writes, newest first."""
+
+    signed: dict[str, Any]
+    user_id: str
+    done: list[DoneWrite]
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    choices: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlanRunResult(_M):
+    """How a plan run ended."""
+
+    status: Literal["completed", "rejected", "approval_timeout", "failed"]
+    steps: dict[str, str] = Field(default_factory=dict)
+    compensated: list[int] = Field(default_factory=list)
+    failed_step: int | None = None

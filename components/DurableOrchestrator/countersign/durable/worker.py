@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -14,11 +15,13 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import TLSConfig
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from .activities import DurableActivities
-from .models import WatchInput
+from .models import PlanInput, WatchInput
+from .plan_workflow import PlanExecutionWorkflow
 from .workflows import WatcherWorkflow
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "durable_starter",
     "make_worker",
     "replayer",
+    "start_plan",
     "start_watcher",
     "watch_input_for",
     "workflow_runner",
@@ -67,7 +71,7 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 def replayer() -> Replayer:
     """A replayer for the durable workflows with the worker's converter and sandbox."""
     return Replayer(
-        workflows=[WatcherWorkflow],
+        workflows=[WatcherWorkflow, PlanExecutionWorkflow],
         data_converter=pydantic_data_converter,
         workflow_runner=workflow_runner(),
     )
@@ -95,6 +99,34 @@ async def start_watcher(
         task_queue=task_queue,
         search_attributes=attrs if search_attributes else TypedSearchAttributes.empty,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
+async def start_plan(
+    client: Client, inp: PlanInput, *, task_queue: str = TASK_QUEUE, search_attributes: bool = True
+) -> WorkflowHandle[Any, Any]:
+    """Start (or join) the PlanExecutionWorkflow of a plan: id ``plan-<plan_id>``."""
+    plan = inp.signed["plan"]
+    attrs = _attributes(inp.user_id, plan) if search_attributes else TypedSearchAttributes.empty
+    return await client.start_workflow(
+        PlanExecutionWorkflow.run,
+        inp,
+        id=f"plan-{plan['plan_id']}",
+        task_queue=task_queue,
+        search_attributes=attrs,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
+def _attributes(user_id: str, plan: dict[str, Any]) -> TypedSearchAttributes:
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SearchAttributeKey.for_keyword("user_id"), user_id),
+            SearchAttributePair(SearchAttributeKey.for_keyword("plan_id"), str(plan["plan_id"])),
+            SearchAttributePair(
+                SearchAttributeKey.for_keyword("intent"), str(plan["intent"]["intent"])
+            ),
+        ]
     )
 
 
@@ -135,18 +167,35 @@ def durable_starter(
     joins) the plan's watcher and returns its workflow id."""
 
     async def start(signed: dict[str, Any], user_id: str) -> str:
-        handle = await start_watcher(
-            client, watch_input_for(signed, user_id), search_attributes=search_attributes
-        )
+        if any(s["role"] == "Watcher" for s in signed["plan"]["graph"]):
+            handle = await start_watcher(
+                client, watch_input_for(signed, user_id), search_attributes=search_attributes
+            )
+        else:
+            handle = await start_plan(
+                client,
+                PlanInput(signed=signed, user_id=user_id),
+                search_attributes=search_attributes,
+            )
         return handle.id
 
     return start
 
 
-async def connect(address: str, *, namespace: str = "default") -> Client:
-    """A client with the pydantic data converter."""
+async def connect(
+    address: str,
+    *,
+    namespace: str = "default",
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+) -> Client:
+    """A client with the pydantic data converter; mTLS when a client certificate and key are given
+    (a Temporal cluster or Temporal Cloud), plain otherwise (the embedded dev server)."""
+    tls: TLSConfig | bool = False
+    if tls_cert is not None and tls_key is not None:
+        tls = TLSConfig(client_cert=tls_cert.read_bytes(), client_private_key=tls_key.read_bytes())
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter
+        address, namespace=namespace, data_converter=pydantic_data_converter, tls=tls
     )
 
 
@@ -161,13 +210,14 @@ def make_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[WatcherWorkflow],
+        workflows=[WatcherWorkflow, PlanExecutionWorkflow],
         activities=[
             activities.verify_plan,
             activities.poll,
             activities.redeem_gate,
             activities.reject_gate,
             activities.write_step,
+            activities.compensate,
         ],
         activity_executor=ThreadPoolExecutor(max_concurrent_activities),
         workflow_runner=workflow_runner(),

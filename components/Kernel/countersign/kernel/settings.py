@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     connector_settings: dict[str, str] = Field(default_factory=dict)
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
+    #: mTLS for a Temporal cluster or Temporal Cloud (PEM files); unset = plain loopback.
+    temporal_tls_cert: Path | None = None
+    temporal_tls_key: Path | None = None
     registry_dir: Path = Field(default_factory=source_registry_dir)
     signer_name: str = "planner@system"
     #: An Ed25519 seed (base64, 32 bytes) given through the environment instead of the key ring
