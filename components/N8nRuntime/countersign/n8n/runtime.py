@@ -226,6 +226,9 @@ def _env(inst: N8nInstall, data_dir: Path, port: int, key: str) -> dict[str, str
             "GENERIC_TIMEZONE": "UTC",
             "N8N_GRACEFUL_SHUTDOWN_TIMEOUT": "5",
             "N8N_RUNNERS_ENABLED": "true",
+            # the default pool of one expression isolate makes concurrent executions queue; two
+            # let independent steps really overlap (measured: 2×300 ms reads 426–447 → 357–365 ms)
+            "N8N_EXPRESSION_ENGINE_POOL_SIZE": "2",
             # each instance needs its own task-broker port (two n8n on one machine in tests)
             "N8N_RUNNERS_BROKER_PORT": str(free_port()),
             "N8N_BLOCK_ENV_ACCESS_IN_NODE": "true",
