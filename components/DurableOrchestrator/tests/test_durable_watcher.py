@@ -13,14 +13,10 @@ import json
 import os
 import shutil
 import sys
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 from sqlalchemy import text
@@ -37,11 +33,13 @@ from countersign.durable import (
     PlanExecutionWorkflow,
     Reconfigure,
     RejectGate,
+    ResolveStep,
     WatcherWorkflow,
     WatchInput,
     make_worker,
     replayer,
 )
+from countersign.durable.testing import VisaSandbox, sandbox_fixture  # noqa: F401  (fixture)
 from countersign.kernel import Intent, Plan, Policy
 from countersign.n8n.providers import SmtpSink
 from countersign.planner import make_plan
@@ -52,66 +50,6 @@ from countersign.storage import Database
 HISTORIES = Path(__file__).parent / "histories"
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 _ids = iter(range(1, 10_000))
-
-
-@dataclass
-class VisaSandbox:
-    """A sandbox appointment service: a slot appears after ``appear_after`` searches."""
-
-    appear_after: int = 10**9
-    searches: int = 0
-    windows: list[tuple[str, str]] = field(default_factory=list)
-    bookings: dict[str, dict[str, Any]] = field(default_factory=dict)
-    cancelled: list[str] = field(default_factory=list)
-    url: str = ""
-
-
-@pytest.fixture
-def sandbox() -> Iterator[VisaSandbox]:
-    state = VisaSandbox()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, code: int, body: Any) -> None:
-            raw = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def do_GET(self) -> None:
-            q = parse_qs(urlparse(self.path).query)
-            state.searches += 1
-            state.windows.append((q.get("from", [""])[0], q.get("to", [""])[0]))
-            slots = (
-                [{"id": "slot-1", "at": "2027-03-14T09:00:00Z"}]
-                if state.searches >= state.appear_after
-                else []
-            )
-            self._send(200, {"slots": slots})
-
-        def do_POST(self) -> None:
-            key = self.headers.get("Idempotency-Key", "")
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            if key not in state.bookings:
-                state.bookings[key] = {
-                    "id": f"booking-{len(state.bookings) + 1}",
-                    "slot": body.get("slot"),
-                }
-            self._send(201, state.bookings[key])
-
-        def do_DELETE(self) -> None:
-            state.cancelled.append(self.path.rsplit("/", 1)[-1])
-            self._send(200, {"cancelled": True})
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield state
-    server.shutdown()
 
 
 def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
@@ -247,6 +185,7 @@ async def _replay(env: WorkflowEnvironment, wid: str, save_as: str | None = None
         )
 
 
+@pytest.mark.slow
 def test_seven_days_then_slot_approved_booked_once(
     db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
 ) -> None:
@@ -396,6 +335,7 @@ def test_golden_histories_replay(name: str) -> None:
     asyncio.run(replayer().replay_workflow(history))
 
 
+@pytest.mark.slow
 def test_real_dev_server_restart_keeps_the_watcher(
     db: Database,
     registry: Registry,
@@ -525,6 +465,7 @@ def test_execute_hands_durable_plans_to_temporal_once(
         )
 
 
+@pytest.mark.slow
 def test_worker_sigkill_and_approval_while_no_worker_runs(
     pg_url: str,
     db: Database,
@@ -781,3 +722,238 @@ def test_plan_saga_compensates_the_booking_when_the_mail_fails(
     with db.tx() as c:
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
     assert kinds.count("step_compensated") == 1
+
+
+# ---- unknown outcomes: a person resolves the step; never a blind retry ------------------------
+
+
+async def _until_unknown(handle: Any, query: Any) -> Any:
+    for _ in range(300):
+        st = await handle.query(query)
+        if st is not None and (
+            getattr(st, "status", None) == "outcome_unknown"
+            or (isinstance(st, dict) and "outcome_unknown" in st.values())
+        ):
+            return st
+        await asyncio.sleep(0.1)
+    raise AssertionError("the write never reached outcome_unknown")
+
+
+def test_watcher_unknown_booking_outcome_waits_for_a_person(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """The provider books, then answers 500: the outcome is unknown, so the watcher neither
+    retries nor fails — it waits in ``outcome_unknown``; a person looks at the provider and
+    resolves step 3 as completed; the booking is answered from the ledger (one POST in all), the
+    mail goes out once, the reconciliation is audited."""
+    sandbox.appear_after = 2
+    sandbox.fail_after_booking = 1
+    smtp_server.messages.clear()
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        handle = await _start(env, doc)
+        await _until(env, handle, "waiting_approval", step_h=1)
+        latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
+        await latest.execute_update(
+            WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
+        )
+        st = await _until_unknown(latest, WatcherWorkflow.status)
+        assert st.unknown_step == 3
+        await env.sleep(timedelta(days=3))  # time passes: still no blind retry
+        assert sandbox.booking_posts == 1 and len(sandbox.bookings) == 1
+        with pytest.raises(WorkflowUpdateFailedError):  # only the unknown step can be resolved
+            await latest.execute_update(
+                WatcherWorkflow.resolve_step, ResolveStep(step=4, outcome="completed")
+            )
+        booking = next(iter(sandbox.bookings.values()))
+        assert (
+            await latest.execute_update(
+                WatcherWorkflow.resolve_step,
+                ResolveStep(step=3, outcome="completed", result={"id": booking["id"]}),
+            )
+            == "completed"
+        )
+        result = await latest.result()
+        await _replay(env, handle.id, "watcher_outcome_unknown_resolved.json")
+        return result
+
+    result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert result.status == "booked" and result.booking_id == "booking-1" and result.notified
+    assert sandbox.booking_posts == 1 and len(sandbox.bookings) == 1
+    assert len(smtp_server.to("alice@example.com")) == 1
+    with db.tx() as c:
+        assert AuditLog().verify(c).ok
+        kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
+    assert kinds.count("idempotency_reconciled") == 1
+
+
+def test_plan_unknown_write_resolved_as_failed_is_sent_again_once(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """The provider answers 503 to the booking (nothing happened, but we cannot know): step 4
+    waits in ``outcome_unknown``; the person says it did not happen; the booking is sent again
+    under the same idempotency key and the plan completes with one booking."""
+    from countersign.durable import start_plan
+    from countersign.durable.models import PlanInput
+
+    sandbox.appear_after = 0
+    sandbox.fail_before_booking = 1
+    smtp_server.messages.clear()
+    doc = _signed_plan(registry, keyring)
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp_server.host,
+        "smtp_port": str(smtp_server.port),
+        "smtp_from": "countersign@example.com",
+    }
+
+    async def body(env: WorkflowEnvironment) -> Any:
+        handle = await start_plan(
+            env.client, PlanInput(signed=doc, user_id="alice@example.com"), search_attributes=False
+        )
+        await _plan_until_waiting(env, handle)
+        token = _token(
+            db,
+            doc,
+            scopes=["mail.send", "visa.book"],
+            choice={"consulate": "lisbon", "slot": {"id": "slot-1"}},
+        )
+        await handle.execute_update(
+            PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+        )
+        st = await _until_unknown(handle, PlanExecutionWorkflow.status)
+        assert st["4"] == "outcome_unknown" and st["5"] == "pending"
+        assert sandbox.booking_posts == 1 and sandbox.bookings == {}
+        await handle.execute_update(
+            PlanExecutionWorkflow.resolve_step, ResolveStep(step=4, outcome="failed")
+        )
+        with pytest.raises(WorkflowUpdateFailedError):  # decided once
+            await handle.execute_update(
+                PlanExecutionWorkflow.resolve_step, ResolveStep(step=4, outcome="failed")
+            )
+        result = await handle.result()
+        await _replay(env, handle.id)
+        return result
+
+    result = _plan_scenario(db, registry, keyring, settings, doc, body)
+    assert result.status == "completed" and set(result.steps.values()) == {"done"}
+    assert sandbox.booking_posts == 2 and len(sandbox.bookings) == 1
+    assert len(smtp_server.to("alice@example.com")) == 1
+
+
+@pytest.mark.slow
+def test_worker_sigkill_mid_write_effect_happens_once(
+    pg_url: str,
+    db: Database,
+    registry: Registry,
+    sandbox: VisaSandbox,
+    smtp_server: SmtpSink,
+    tmp_path: Path,
+) -> None:
+    """Real dev server, the real `countersign temporal worker` process, SIGKILLed while the booking
+    POST is in flight (the provider has booked; the answer never arrives). A new worker takes the
+    activity over: the ledger says the request was sent, so the step waits in
+    ``outcome_unknown`` — no second POST; a person resolves it from the provider's view; the mail
+    goes out; one booking, one mail."""
+    import base64
+    import signal
+    import subprocess
+
+    from countersign.durable import connect, start_watcher
+    from countersign.durable.runtime import temporal_start, temporal_stop
+    from countersign.n8n import free_port
+
+    seed = os.urandom(32)
+    ring = KeyRing.from_seed(
+        seed,
+        pubkey_id="ci-key",
+        created_at=__import__("datetime").datetime.now(__import__("datetime").UTC),
+    )
+    doc = _signed(registry, ring)
+    port, ui = free_port(), free_port()
+    folder = tmp_path / "temporal"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
+    env.update(
+        {
+            "COUNTERSIGN_HOME": str(tmp_path / "home"),
+            "DATABASE_URL": pg_url,
+            "COUNTERSIGN_SIGNING_KEY": base64.b64encode(seed).decode(),
+            "COUNTERSIGN_SIGNING_KEY_ID": "ci-key",
+            "COUNTERSIGN_TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
+            "COUNTERSIGN_CONNECTOR_SETTINGS": json.dumps(
+                {
+                    "visa_base_url": sandbox.url,
+                    "smtp_host": smtp_server.host,
+                    "smtp_port": str(smtp_server.port),
+                    "smtp_from": "countersign@example.com",
+                }
+            ),
+        }
+    )
+
+    def worker() -> subprocess.Popen[bytes]:
+        log = (tmp_path / "worker.log").open("ab")
+        return subprocess.Popen(
+            [sys.executable, "-m", "countersign.cli", "temporal", "worker"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    sandbox.appear_after = 2
+    sandbox.hold = True
+    smtp_server.messages.clear()
+    temporal_start(folder, port=port, ui_port=ui)
+    first = worker()
+    second: subprocess.Popen[bytes] | None = None
+    try:
+
+        async def go() -> Any:
+            nonlocal second
+            client = await connect(f"127.0.0.1:{port}")
+            inp = WatchInput(
+                signed=doc,
+                user_id="alice@example.com",
+                watch_step=1,
+                gate_id="gate-A",
+                book_step=3,
+                notify_step=4,
+                poll_interval_s=1,
+                activity_timeout_s=3,
+            )
+            handle = await start_watcher(client, inp)
+            for _ in range(300):
+                st = await handle.query(WatcherWorkflow.status)
+                if st is not None and st.status == "waiting_approval":
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError((tmp_path / "worker.log").read_text()[-2000:])
+            await handle.execute_update(
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
+            )
+            assert await asyncio.to_thread(sandbox.post_seen.wait, 30)
+            first.send_signal(signal.SIGKILL)  # the booking is made; its answer is in flight
+            first.wait(10)
+            sandbox.release.set()
+            sandbox.hold = False
+            second = worker()
+            st = await _until_unknown(handle, WatcherWorkflow.status)
+            assert st.unknown_step == 3
+            assert sandbox.booking_posts == 1 and len(sandbox.bookings) == 1
+            booking = next(iter(sandbox.bookings.values()))
+            await handle.execute_update(
+                WatcherWorkflow.resolve_step,
+                ResolveStep(step=3, outcome="completed", result={"id": booking["id"]}),
+            )
+            return await asyncio.wait_for(handle.result(), 60)
+
+        result = asyncio.run(go())
+        assert result.status == "booked" and result.booking_id == "booking-1"
+        assert sandbox.booking_posts == 1 and len(sandbox.bookings) == 1
+        assert len(smtp_server.to("alice@example.com")) == 1
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+        temporal_stop(folder)

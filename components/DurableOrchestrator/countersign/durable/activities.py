@@ -21,13 +21,13 @@ from countersign.approvals import Approvals
 from countersign.audit import AuditLog
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
 from countersign.execute import compensation_steps, idempotency_key
-from countersign.kernel import CountersignError, PlanStep, content_hash
+from countersign.kernel import CountersignError, Plan, PlanStep, content_hash
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
 from countersign.storage import Database, IdempotencyLedger, PlanStore
 
 from .http import http_call
-from .models import CompensateCall, RedeemCall, StepCall
+from .models import CompensateCall, ReconcileCall, RedeemCall, StepCall
 
 __all__ = ["DurableActivities"]
 
@@ -66,6 +66,17 @@ class DurableActivities:
                     },
                 )
             raise _app_error(e) from e
+
+    def _attempt_ledger(self) -> IdempotencyLedger:
+        """The ledger with a lease as long as this activity attempt may run: when Temporal gives
+        up on an attempt (worker lost), the next attempt finds the lease expired and learns the
+        truth at once — nothing sent (take over) or sent (``unknown``, wait for a person)."""
+        timeout = activity.info().start_to_close_timeout
+        if timeout is None:
+            return self.ledger
+        return IdempotencyLedger(
+            self.db, audit=self.audit, lease_s=max(1.0, timeout.total_seconds())
+        )
 
     def _audit(self, **entry: Any) -> None:
         with self.db.tx() as c:
@@ -149,21 +160,12 @@ class DurableActivities:
     @activity.defn(name="write_step")
     def write_step(self, call: StepCall) -> dict[str, Any]:
         """Run a write step at most once (idempotency ledger); its result."""
-        v = self._verified(call.signed)
-        plan = v.plan
-        step = plan.step(call.step)
-        choices = dict(call.choices) or ({call.gate_id: call.choice} if call.gate_id else {})
-        try:
-            args = {
-                **resolve_refs(step.args, _int_keys(call.outputs), choices),
-                **call.args_override,
-            }
-        except CountersignError as e:
-            raise _app_error(e) from e
-        key = idempotency_key(plan.plan_id, step.step, args)
+        plan = self._verified(call.signed).plan
+        step, args, key = self._write_key(plan, call)
+        ledger = self._attempt_ledger()
         owner = f"temporal:{activity.info().workflow_id}"
         try:
-            claim = self.ledger.claim(key, content_hash(args), owner=owner)
+            claim = ledger.claim(key, content_hash(args), owner=owner)
         except CountersignError as e:
             raise _app_error(e) from e
         if claim.state == "completed":
@@ -177,16 +179,16 @@ class DurableActivities:
             op=f"{step.uses}.{step.call}",
         )
         t0 = time.perf_counter()
-        self.ledger.mark_sent(key, owner=owner)
+        ledger.mark_sent(key, owner=owner)
         try:
             result = self._perform(step, args, key)
         except _NotSentError as e:
-            self.ledger.fail(key, str(e), owner=owner)
+            ledger.fail(key, str(e), owner=owner)
             raise ApplicationError(
                 str(e), type="provider_unreachable"
             ) from e  # retryable: nothing sent
         except _RefusedError as e:
-            self.ledger.fail(key, str(e), owner=owner)
+            ledger.fail(key, str(e), owner=owner)
             self._audit(
                 kind="step_failed",
                 status="error",
@@ -198,11 +200,11 @@ class DurableActivities:
             )
             raise ApplicationError(str(e), type="provider_refused", non_retryable=True) from e
         except Exception as e:
-            self.ledger.mark_unknown(key, f"{type(e).__name__}", owner=owner)
+            ledger.mark_unknown(key, f"{type(e).__name__}", owner=owner)
             raise ApplicationError(
                 "outcome unknown", type="idempotency_outcome_unknown", non_retryable=True
             ) from e
-        self.ledger.complete(key, result, owner=owner)
+        ledger.complete(key, result, owner=owner)
         self._audit(
             kind="step_finished",
             status="ok",
@@ -213,6 +215,45 @@ class DurableActivities:
             latency_ms=int((time.perf_counter() - t0) * 1000),
         )
         return result
+
+    @staticmethod
+    def _write_key(plan: Plan, call: StepCall) -> tuple[PlanStep, dict[str, Any], str]:
+        """The step, its args with references resolved, and its idempotency key."""
+        try:
+            step = plan.step(call.step)
+        except KeyError:
+            raise ApplicationError(
+                f"plan {plan.plan_id} has no step {call.step}",
+                type="invalid_input",
+                non_retryable=True,
+            ) from None
+        if step.dry_run or step.gate_id is not None:
+            raise ApplicationError(
+                f"plan {plan.plan_id} step {call.step} is not a write",
+                type="invalid_input",
+                non_retryable=True,
+            )
+        choices = dict(call.choices) or ({call.gate_id: call.choice} if call.gate_id else {})
+        try:
+            args = {
+                **resolve_refs(step.args, _int_keys(call.outputs), choices),
+                **call.args_override,
+            }
+        except CountersignError as e:
+            raise _app_error(e) from e
+        return step, args, idempotency_key(plan.plan_id, step.step, args)
+
+    @activity.defn(name="reconcile_step")
+    def reconcile_step(self, rc: ReconcileCall) -> None:
+        """Settle a write whose outcome is unknown with a person's word (audited by the ledger):
+        ``completed`` stores ``result`` so the step is answered from the ledger; ``failed`` lets
+        the same idempotency key be claimed and sent again."""
+        plan = self._verified(rc.call.signed).plan
+        _, _, key = self._write_key(plan, rc.call)
+        try:
+            self.ledger.reconcile(key, outcome=rc.outcome, result=rc.result, actor=rc.call.user_id)
+        except CountersignError as e:
+            raise _app_error(e) from e
 
     @activity.defn(name="compensate")
     def compensate(self, call: CompensateCall) -> list[int]:
@@ -230,17 +271,18 @@ class DurableActivities:
             for d in call.done
         ]
         undone: list[int] = []
+        ledger = self._attempt_ledger()
         owner = f"temporal:{activity.info().workflow_id}"
         for comp in compensation_steps(plan, self.registry, done):
             original = 10_000 - comp.step
             key = idempotency_key(plan.plan_id, comp.step, comp.args)
-            claim = self.ledger.claim(key, content_hash(comp.args), owner=owner)
+            claim = ledger.claim(key, content_hash(comp.args), owner=owner)
             if claim.state != "completed":
-                self.ledger.mark_sent(key, owner=owner)
+                ledger.mark_sent(key, owner=owner)
                 try:
                     result = self._perform(comp, comp.args, key)
                 except Exception as e:
-                    self.ledger.mark_unknown(key, type(e).__name__, owner=owner)
+                    ledger.mark_unknown(key, type(e).__name__, owner=owner)
                     self._audit(
                         kind="step_compensated",
                         status="unknown",
@@ -250,7 +292,7 @@ class DurableActivities:
                         op=f"{comp.uses}.{comp.call}",
                     )
                     continue
-                self.ledger.complete(key, result, owner=owner)
+                ledger.complete(key, result, owner=owner)
             self._audit(
                 kind="step_compensated",
                 status="ok",

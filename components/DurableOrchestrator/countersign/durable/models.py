@@ -26,7 +26,11 @@ class WatchState(_M):
     date_from: str
     date_to: str
     found: Any = None
-    status: Literal["watching", "waiting_approval", "booking", "done"] = "watching"
+    status: Literal["watching", "waiting_approval", "booking", "outcome_unknown", "done"] = (
+        "watching"
+    )
+    #: the write whose outcome is unknown, waiting for a person's ``resolve_step``
+    unknown_step: int | None = None
 
 
 class WatchInput(_M):
@@ -43,6 +47,8 @@ class WatchInput(_M):
     max_lifetime_s: int = Field(default=30 * 86400, ge=1)
     continue_every: int = Field(default=100, ge=1)
     approval_timeout_s: int = Field(default=86400, ge=1)
+    #: start-to-close timeout of each activity (a lost worker is noticed after this long)
+    activity_timeout_s: int = Field(default=60, ge=1, le=3600)
     state: WatchState | None = None
 
 
@@ -105,6 +111,30 @@ class PlanInput(_M):
     signed: dict[str, Any]
     user_id: str
     approval_timeout_s: int = Field(default=86400, ge=1)
+    #: start-to-close timeout of each activity (a lost worker is noticed after this long)
+    activity_timeout_s: int = Field(default=60, ge=1, le=3600)
+
+
+class ResolveStep(_M):
+    """A person's word on a write whose outcome is unknown, after looking at the provider.
+
+    ``completed`` (the effect happened; ``result`` is what the provider shows, e.g. the booking
+    id) settles the ledger key so the step is answered from it and never sent again; ``failed``
+    (it did not happen) lets the step be sent once more under the same idempotency key.
+    """
+
+    step: int = Field(ge=1)
+    outcome: Literal["completed", "failed"]
+    result: dict[str, Any] | None = None
+    note: str | None = Field(default=None, max_length=500)
+
+
+class ReconcileCall(_M):
+    """Settle one write's ``unknown`` ledger key (activity input)."""
+
+    call: StepCall
+    outcome: Literal["completed", "failed"]
+    result: dict[str, Any] | None = None
 
 
 class DoneWrite(_M):

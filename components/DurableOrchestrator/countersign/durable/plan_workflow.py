@@ -5,6 +5,8 @@ wave run concurrently (``asyncio.gather`` of activities). Reads are ``poll`` act
 ``write_step`` activities behind the idempotency ledger; a gate waits for the ``approve_gate`` /
 ``reject_gate`` update (token redeemed by an activity). When a write fails after other writes
 succeeded, the registry's compensations run newest first (``compensate`` activity) — a saga.
+A write whose outcome is unknown waits in ``outcome_unknown`` for a person's ``resolve_step``
+update (never a blind retry). No ``assert`` in workflow code.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from .models import (
@@ -23,14 +26,16 @@ with workflow.unsafe.imports_passed_through():
         DoneWrite,
         PlanInput,
         PlanRunResult,
+        ReconcileCall,
         RedeemCall,
         RejectGate,
+        ResolveStep,
         StepCall,
     )
+    from .workflows import not_started, outcome_unknown
 
 __all__ = ["PlanExecutionWorkflow"]
 
-_T = timedelta(seconds=60)
 _ONCE = RetryPolicy(maximum_attempts=1)
 _WRITE = RetryPolicy(
     maximum_attempts=5,
@@ -53,16 +58,24 @@ class PlanExecutionWorkflow:
         self._status: dict[int, str] = {}
         self._decisions: dict[str, str] = {}
         self._choices: dict[str, Any] = {}
+        self._unknown: dict[int, StepCall] = {}
+        self._resolving: set[int] = set()
+        self._resolved: set[int] = set()
+
+    def _timeout(self) -> timedelta:
+        return timedelta(seconds=self._inp.activity_timeout_s if self._inp else 60)
 
     @workflow.query
     def status(self) -> dict[str, str]:
-        """Status per step (pending, running, waiting_approval, done, failed, compensated)."""
+        """Status per step (pending, running, waiting_approval, outcome_unknown, done, failed,
+        compensated, rejected, approval_timeout)."""
         return {str(k): v for k, v in sorted(self._status.items())}
 
     @workflow.update
     async def approve_gate(self, approval: ApproveGate) -> str:
         """Redeem the token for a waiting gate; the writes after it may run."""
-        assert self._inp is not None
+        if self._inp is None:
+            raise not_started("approve_gate")
         choice = await workflow.execute_activity(
             "redeem_gate",
             RedeemCall(
@@ -72,7 +85,7 @@ class PlanExecutionWorkflow:
                 token=approval.token,
             ),
             retry_policy=_ONCE,
-            start_to_close_timeout=_T,
+            start_to_close_timeout=self._timeout(),
         )
         self._choices[approval.gate_id] = choice
         self._decisions[approval.gate_id] = "approved"
@@ -85,7 +98,8 @@ class PlanExecutionWorkflow:
     @workflow.update
     async def reject_gate(self, rejection: RejectGate) -> str:
         """Record the rejection; nothing after the gate runs."""
-        assert self._inp is not None
+        if self._inp is None:
+            raise not_started("reject_gate")
         await workflow.execute_activity(
             "reject_gate",
             RedeemCall(
@@ -95,7 +109,7 @@ class PlanExecutionWorkflow:
                 token=rejection.reason or "rejected",
             ),
             retry_policy=_ONCE,
-            start_to_close_timeout=_T,
+            start_to_close_timeout=self._timeout(),
         )
         self._decisions[rejection.gate_id] = "rejected"
         return "rejected"
@@ -117,11 +131,38 @@ class PlanExecutionWorkflow:
         if gate_id in self._decisions:
             raise ValueError(f"{gate_id} was already decided")
 
+    @workflow.update
+    async def resolve_step(self, resolution: ResolveStep) -> str:
+        """A person settles a write whose outcome is unknown (ledger reconciled by an activity);
+        the step then runs again: answered from the ledger, or sent again under the same key."""
+        call = self._unknown.get(resolution.step)
+        if call is None:
+            raise not_started("resolve_step")
+        self._resolving.add(resolution.step)
+        try:
+            await workflow.execute_activity(
+                "reconcile_step",
+                ReconcileCall(call=call, outcome=resolution.outcome, result=resolution.result),
+                retry_policy=_ONCE,
+                start_to_close_timeout=self._timeout(),
+            )
+        finally:
+            self._resolving.discard(resolution.step)
+        self._resolved.add(resolution.step)
+        return resolution.outcome
+
+    @resolve_step.validator
+    def _check_resolve(self, resolution: ResolveStep) -> None:
+        if self._status.get(resolution.step) != "outcome_unknown":
+            raise ValueError(f"step {resolution.step} is not waiting for a resolution")
+        if resolution.step in self._resolving or resolution.step in self._resolved:
+            raise ValueError(f"step {resolution.step} is already being resolved")
+
     @workflow.run
     async def run(self, inp: PlanInput) -> PlanRunResult:
         self._inp = inp
         await workflow.execute_activity(
-            "verify_plan", inp.signed, retry_policy=_ONCE, start_to_close_timeout=_T
+            "verify_plan", inp.signed, retry_policy=_ONCE, start_to_close_timeout=self._timeout()
         )
         graph = {int(s["step"]): s for s in inp.signed["plan"]["graph"]}
         self._status = dict.fromkeys(graph, "pending")
@@ -137,7 +178,7 @@ class PlanExecutionWorkflow:
                 and all(d in finished for d in graph[n]["after"])
             ]
             results = await asyncio.gather(
-                *(self._step(graph[n], outputs) for n in wave), return_exceptions=True
+                *(self._step(inp, graph[n], outputs) for n in wave), return_exceptions=True
             )
             failed: int | None = None
             closed: str | None = None
@@ -171,7 +212,7 @@ class PlanExecutionWorkflow:
                             choices=self._choices,
                         ),
                         retry_policy=RetryPolicy(maximum_attempts=5),
-                        start_to_close_timeout=_T,
+                        start_to_close_timeout=self._timeout(),
                     )
                     for c in compensated:
                         self._status[c] = "compensated"
@@ -183,8 +224,7 @@ class PlanExecutionWorkflow:
                 )
         return PlanRunResult(status="completed", steps=self.status())
 
-    async def _step(self, s: dict[str, Any], outputs: dict[str, Any]) -> Any:
-        assert self._inp is not None
+    async def _step(self, inp: PlanInput, s: dict[str, Any], outputs: dict[str, Any]) -> Any:
         n = int(s["step"])
         gate = s.get("gate_id")
         if gate:
@@ -192,7 +232,7 @@ class PlanExecutionWorkflow:
             try:
                 await workflow.wait_condition(
                     lambda: gate in self._decisions,
-                    timeout=timedelta(seconds=self._inp.approval_timeout_s),
+                    timeout=timedelta(seconds=inp.approval_timeout_s),
                 )
             except TimeoutError:
                 raise _GateClosedError("approval_timeout") from None
@@ -201,8 +241,8 @@ class PlanExecutionWorkflow:
             return self._choices.get(gate)
         self._status[n] = "running"
         call = StepCall(
-            signed=self._inp.signed,
-            user_id=self._inp.user_id,
+            signed=inp.signed,
+            user_id=inp.user_id,
             step=n,
             outputs=dict(outputs),
             choices=dict(self._choices),
@@ -212,9 +252,21 @@ class PlanExecutionWorkflow:
                 "poll",
                 call,
                 retry_policy=RetryPolicy(maximum_attempts=5),
-                start_to_close_timeout=_T,
+                start_to_close_timeout=self._timeout(),
             )
-        result = await workflow.execute_activity(
-            "write_step", call, retry_policy=_WRITE, start_to_close_timeout=_T
-        )
-        return {"result": result}
+        while True:
+            try:
+                result = await workflow.execute_activity(
+                    "write_step", call, retry_policy=_WRITE, start_to_close_timeout=self._timeout()
+                )
+                return {"result": result}
+            except ActivityError as e:
+                if not outcome_unknown(e):
+                    raise
+            # never a blind retry: a person looks at the provider and resolves the step
+            self._status[n] = "outcome_unknown"
+            self._unknown[n] = call
+            self._resolved.discard(n)
+            await workflow.wait_condition(lambda: n in self._resolved)
+            self._unknown.pop(n, None)
+            self._status[n] = "running"

@@ -205,8 +205,12 @@ def make_worker(
     *,
     task_queue: str = TASK_QUEUE,
     max_concurrent_activities: int = 16,
+    max_cached_workflows: int = 1000,
 ) -> Worker:
-    """A worker running the durable workflows and their (thread-pool) activities."""
+    """A worker running the durable workflows and their (thread-pool) activities.
+
+    ``max_cached_workflows`` bounds the runs kept in memory; an evicted idle watcher costs nothing
+    until its timer fires, when its history is replayed (ContinueAsNew keeps that short)."""
     return Worker(
         client,
         task_queue=task_queue,
@@ -217,9 +221,11 @@ def make_worker(
             activities.redeem_gate,
             activities.reject_gate,
             activities.write_step,
+            activities.reconcile_step,
             activities.compensate,
         ],
         activity_executor=ThreadPoolExecutor(max_concurrent_activities),
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
+        max_cached_workflows=max_cached_workflows,
     )

@@ -5,7 +5,9 @@ Deterministic (Temporal rules): all I/O in activities; time from ``workflow.now(
 ``continue_every`` polls, so a watcher polling every 15 minutes for 30 days (2,880 polls) never
 comes near the 51,200-event history limit. Gates are updates: the validator rejects malformed,
 wrong-gate, early or duplicate decisions without touching history; the handler redeems the token
-through an activity before the write may run.
+through an activity before the write may run. A write whose outcome is unknown is never retried
+blindly: the watcher waits in ``outcome_unknown`` for a person's ``resolve_step`` update.
+Workflow code never ``assert``s: a broken input fails the run with an ``ApplicationError``.
 """
 
 from __future__ import annotations
@@ -21,18 +23,19 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from .models import (
         ApproveGate,
+        ReconcileCall,
         Reconfigure,
         RedeemCall,
         RejectGate,
+        ResolveStep,
         StepCall,
         WatchInput,
         WatchResult,
         WatchState,
     )
 
-__all__ = ["WatcherWorkflow"]
+__all__ = ["UNKNOWN", "WatcherWorkflow", "not_started", "outcome_unknown"]
 
-_T = timedelta(seconds=60)
 _POLL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=5),
     backoff_coefficient=2.0,
@@ -40,6 +43,22 @@ _POLL_RETRY = RetryPolicy(
     maximum_attempts=5,
 )
 _ONCE = RetryPolicy(maximum_attempts=1)
+_WRITE = RetryPolicy(
+    maximum_attempts=5,
+    non_retryable_error_types=["idempotency_outcome_unknown", "provider_refused"],
+)
+#: the ApplicationError type of a write that may or may not have taken effect
+UNKNOWN = "idempotency_outcome_unknown"
+
+
+def outcome_unknown(e: ActivityError) -> bool:
+    """True when an activity failed because a write's outcome is unknown (never retried)."""
+    return isinstance(e.cause, ApplicationError) and e.cause.type == UNKNOWN
+
+
+def not_started(what: str) -> ApplicationError:
+    """The error an update handler raises if it runs before ``run`` (validators prevent it)."""
+    return ApplicationError(f"{what}: the workflow has not started", type="invalid_input")
 
 
 @workflow.defn
@@ -54,6 +73,9 @@ class WatcherWorkflow:
         self._decision: str | None = None
         self._choice: Any = None
         self._reject_reason: str | None = None
+        self._resolving: set[int] = set()
+        self._resolved: set[int] = set()
+        self._unknown_call: StepCall | None = None
 
     # ---- interface ----------------------------------------------------------------------------
     @workflow.signal
@@ -82,7 +104,8 @@ class WatcherWorkflow:
     @workflow.update
     async def approve_gate(self, approval: ApproveGate) -> str:
         """Redeem the gate token (activity) and let the booking run with the person's choice."""
-        assert self._inp is not None  # the validator guarantees it
+        if self._inp is None:
+            raise not_started("approve_gate")
         choice = await workflow.execute_activity(
             "redeem_gate",
             RedeemCall(
@@ -92,7 +115,7 @@ class WatcherWorkflow:
                 token=approval.token,
             ),
             retry_policy=_ONCE,
-            start_to_close_timeout=_T,
+            start_to_close_timeout=self._timeout(),
         )
         if self._decision is None:
             self._choice = choice
@@ -106,7 +129,8 @@ class WatcherWorkflow:
     @workflow.update
     async def reject_gate(self, rejection: RejectGate) -> str:
         """Record the rejection; the watcher ends without booking."""
-        assert self._inp is not None
+        if self._inp is None:
+            raise not_started("reject_gate")
         await workflow.execute_activity(
             "reject_gate",
             RedeemCall(
@@ -116,7 +140,7 @@ class WatcherWorkflow:
                 token=rejection.reason or "rejected",
             ),
             retry_policy=_ONCE,
-            start_to_close_timeout=_T,
+            start_to_close_timeout=self._timeout(),
         )
         if self._decision is None:
             self._decision = "rejected"
@@ -137,29 +161,64 @@ class WatcherWorkflow:
         if self._decision is not None:
             raise ValueError(f"{gate_id} was already decided ({self._decision})")
 
+    @workflow.update
+    async def resolve_step(self, resolution: ResolveStep) -> str:
+        """A person settles the write whose outcome is unknown (after looking at the provider);
+        the ledger records it (activity) and the step goes on: answered from the ledger when it
+        happened, sent again under the same idempotency key when it did not."""
+        if self._unknown_call is None:
+            raise not_started("resolve_step")
+        self._resolving.add(resolution.step)
+        try:
+            await workflow.execute_activity(
+                "reconcile_step",
+                ReconcileCall(
+                    call=self._unknown_call,
+                    outcome=resolution.outcome,
+                    result=resolution.result,
+                ),
+                retry_policy=_ONCE,
+                start_to_close_timeout=self._timeout(),
+            )
+        finally:
+            self._resolving.discard(resolution.step)
+        self._resolved.add(resolution.step)
+        return resolution.outcome
+
+    @resolve_step.validator
+    def _validate_resolve(self, resolution: ResolveStep) -> None:
+        if self._state is None or self._state.status != "outcome_unknown":
+            raise ValueError("no write is waiting for a resolution")
+        if resolution.step != self._state.unknown_step:
+            raise ValueError(
+                f"step {self._state.unknown_step} waits for a resolution, not {resolution.step}"
+            )
+        if resolution.step in self._resolving or resolution.step in self._resolved:
+            raise ValueError(f"step {resolution.step} is already being resolved")
+
     # ---- run ----------------------------------------------------------------------------------
     @workflow.run
     async def run(self, inp: WatchInput) -> WatchResult:
         self._inp = inp
         now = workflow.now()
-        if inp.state is None:
+        state = inp.state
+        if state is None:
             await workflow.execute_activity(
-                "verify_plan", inp.signed, retry_policy=_ONCE, start_to_close_timeout=_T
+                "verify_plan",
+                inp.signed,
+                retry_policy=_ONCE,
+                start_to_close_timeout=self._timeout(),
             )
             step_args = _step_args(inp.signed, inp.watch_step)
-            inp = inp.model_copy(
-                update={
-                    "state": WatchState(
-                        started_at=now,
-                        poll_interval_s=inp.poll_interval_s,
-                        date_from=str(step_args.get("date_from", "")),
-                        date_to=str(step_args.get("date_to", "")),
-                    )
-                }
+            state = WatchState(
+                started_at=now,
+                poll_interval_s=inp.poll_interval_s,
+                date_from=str(step_args.get("date_from", "")),
+                date_to=str(step_args.get("date_to", "")),
             )
+            inp = inp.model_copy(update={"state": state})
             self._inp = inp
-        assert inp.state is not None
-        st = self._state = inp.state.model_copy(update={"polls_this_run": 0})
+        st = self._state = state.model_copy(update={"polls_this_run": 0})
 
         while st.status == "watching":
             if self._cancelled:
@@ -179,7 +238,7 @@ class WatcherWorkflow:
                         args_override={"date_from": st.date_from, "date_to": st.date_to},
                     ),
                     retry_policy=_POLL_RETRY,
-                    start_to_close_timeout=_T,
+                    start_to_close_timeout=self._timeout(),
                 )
                 st.errors = 0
             except ActivityError:
@@ -221,20 +280,14 @@ class WatcherWorkflow:
             if self._decision == "rejected":
                 return await self._end(inp, "rejected")
         st.status = "booking"
-        booking = await workflow.execute_activity(
-            "write_step",
+        booking = await self._write(
             StepCall(
                 signed=inp.signed,
                 user_id=inp.user_id,
                 step=inp.book_step,
                 choice=self._choice,
                 gate_id=inp.gate_id,
-            ),
-            retry_policy=RetryPolicy(
-                maximum_attempts=5,
-                non_retryable_error_types=["idempotency_outcome_unknown", "provider_refused"],
-            ),
-            start_to_close_timeout=_T,
+            )
         )
         notified = await self._notify(inp, self._choice)
         st.status = "done"
@@ -242,36 +295,54 @@ class WatcherWorkflow:
             status="booked", polls=st.polls, booking_id=_booking_id(booking), notified=notified
         )
 
+    def _timeout(self) -> timedelta:
+        return timedelta(seconds=self._inp.activity_timeout_s if self._inp else 60)
+
+    async def _write(self, call: StepCall) -> Any:
+        """Run a write step; if its outcome is unknown, wait (status ``outcome_unknown``) for a
+        person's ``resolve_step`` and then run it again — answered from the ledger, or sent again
+        under the same key. Never a blind retry."""
+        st = self._state
+        while True:
+            try:
+                return await workflow.execute_activity(
+                    "write_step", call, retry_policy=_WRITE, start_to_close_timeout=self._timeout()
+                )
+            except ActivityError as e:
+                if st is None or not outcome_unknown(e):
+                    raise
+            before = st.status
+            st.status, st.unknown_step = "outcome_unknown", call.step
+            self._unknown_call = call
+            self._resolved.discard(call.step)
+            await workflow.wait_condition(lambda: call.step in self._resolved)
+            st.status, st.unknown_step = before, None
+            self._unknown_call = None
+
     async def _notify(self, inp: WatchInput, choice: Any) -> bool:
         if inp.notify_step is None:
             return False
-        await workflow.execute_activity(
-            "write_step",
+        await self._write(
             StepCall(
                 signed=inp.signed,
                 user_id=inp.user_id,
                 step=inp.notify_step,
                 choice=choice,
                 gate_id=inp.gate_id,
-            ),
-            retry_policy=RetryPolicy(
-                maximum_attempts=5, non_retryable_error_types=["idempotency_outcome_unknown"]
-            ),
-            start_to_close_timeout=_T,
+            )
         )
         return True
 
     async def _end(self, inp: WatchInput, status: str) -> WatchResult:
-        assert self._state is not None
-        self._state.status = "done"
+        st = self._state
+        polls = st.polls if st is not None else 0
         notified = False
         if (
             status in {"rejected", "approval_timeout", "budget_exhausted"}
             and inp.notify_step is not None
         ):
             # the notification step tells the person what happened (its own idempotency key)
-            await workflow.execute_activity(
-                "write_step",
+            await self._write(
                 StepCall(
                     signed=inp.signed,
                     user_id=inp.user_id,
@@ -281,14 +352,12 @@ class WatcherWorkflow:
                         "subject": f"Watcher ended: {status.replace('_', ' ')}",
                         "body": f"No booking was made ({status.replace('_', ' ')}).",
                     },
-                ),
-                retry_policy=RetryPolicy(maximum_attempts=5),
-                start_to_close_timeout=_T,
+                )
             )
             notified = True
-        return WatchResult.model_validate(
-            {"status": status, "polls": self._state.polls, "notified": notified}
-        )
+        if st is not None:
+            st.status = "done"
+        return WatchResult.model_validate({"status": status, "polls": polls, "notified": notified})
 
 
 def _step_args(signed: dict[str, Any], step: int) -> dict[str, Any]:
