@@ -45,11 +45,17 @@ from countersign.n8n.providers import SmtpSink
 from countersign.planner import make_plan
 from countersign.registry import Registry
 from countersign.signer import KeyRing, sign_plan
-from countersign.storage import Database
+from countersign.storage import Database, PlanStore
 
 HISTORIES = Path(__file__).parent / "histories"
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 _ids = iter(range(1, 10_000))
+
+
+def result_plan_id(db: Database) -> str:
+    """The one plan this test stored."""
+    with db.tx() as c:
+        return str(c.execute(text("SELECT plan_id FROM plans")).scalar_one())
 
 
 def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
@@ -208,7 +214,7 @@ def test_seven_days_then_slot_approved_booked_once(
             == "approved"
         )
         result = await latest.result()
-        await _replay(env, handle.id, "watcher_booked.json")
+        await _replay(env, handle.id, "watcher_booked_finish_v1.json")
         return result
 
     result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
@@ -220,6 +226,13 @@ def test_seven_days_then_slot_approved_booked_once(
         assert AuditLog().verify(c).ok
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
     assert kinds.count("gate_approved") == 1 and kinds.count("step_finished") == 2
+    assert kinds.count("durable_finished") == 1
+    # progress is reported where interactive execution reports it: the plan store
+    stored = PlanStore(db).get(result_plan_id(db))
+    assert stored is not None and stored["status"] == "completed"
+    steps = {r["step"]: r for r in stored["steps"]}
+    assert steps[3]["status"] == "done" and steps[3]["output"]["id"] == "booking-1"
+    assert steps[4]["status"] == "done"
 
 
 def test_rejected_gate_books_nothing(
@@ -670,7 +683,7 @@ def test_plan_interpreter_parallel_reads_gate_write_notify(
             PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
         )
         result = await handle.result()
-        await _replay(env, wid, "plan_completed.json")
+        await _replay(env, wid, "plan_completed_finish_v1.json")
         return result
 
     result = _plan_scenario(db, registry, keyring, settings, doc, body)
@@ -722,6 +735,9 @@ def test_plan_saga_compensates_the_booking_when_the_mail_fails(
     with db.tx() as c:
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
     assert kinds.count("step_compensated") == 1
+    stored = PlanStore(db).get(doc["plan"]["plan_id"])
+    assert stored is not None and stored["status"] == "failed"
+    assert {r["step"]: r["status"] for r in stored["steps"]}[4] == "compensated"
 
 
 # ---- unknown outcomes: a person resolves the step; never a blind retry ------------------------

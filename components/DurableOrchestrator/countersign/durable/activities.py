@@ -27,9 +27,21 @@ from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
 from countersign.storage import Database, IdempotencyLedger, PlanStore
 
 from .http import http_call
-from .models import CompensateCall, ReconcileCall, RedeemCall, StepCall
+from .models import CompensateCall, FinishCall, ReconcileCall, RedeemCall, StepCall
 
-__all__ = ["DurableActivities"]
+__all__ = ["PLAN_STATUS", "DurableActivities"]
+
+#: a durable run's outcome → the plan's status in the PlanStore (the same statuses as
+#: interactive execution; the precise outcome is in the ``durable_finished`` audit row)
+PLAN_STATUS = {
+    "booked": "completed",
+    "completed": "completed",
+    "rejected": "rejected",
+    "approval_timeout": "rejected",
+    "cancelled": "failed",
+    "budget_exhausted": "failed",
+    "failed": "failed",
+}
 
 
 def _app_error(e: CountersignError) -> ApplicationError:
@@ -169,7 +181,9 @@ class DurableActivities:
         except CountersignError as e:
             raise _app_error(e) from e
         if claim.state == "completed":
+            self._step_status(plan, step.step, "done", claim.result)
             return dict(claim.result or {})
+        self._step_status(plan, step.step, "running")
         self._audit(
             kind="step_started",
             status="running",
@@ -189,6 +203,7 @@ class DurableActivities:
             ) from e  # retryable: nothing sent
         except _RefusedError as e:
             ledger.fail(key, str(e), owner=owner)
+            self._step_status(plan, step.step, "failed")
             self._audit(
                 kind="step_failed",
                 status="error",
@@ -205,6 +220,7 @@ class DurableActivities:
                 "outcome unknown", type="idempotency_outcome_unknown", non_retryable=True
             ) from e
         ledger.complete(key, result, owner=owner)
+        self._step_status(plan, step.step, "done", result)
         self._audit(
             kind="step_finished",
             status="ok",
@@ -301,8 +317,37 @@ class DurableActivities:
                 step=original,
                 op=f"{comp.uses}.{comp.call}",
             )
+            self._step_status(plan, original, "compensated")
             undone.append(original)
         return undone
+
+    @activity.defn(name="finish_plan")
+    def finish_plan(self, call: FinishCall) -> str:
+        """Record how the durable run ended: the plan's status (as interactive execution sets it)
+        and a ``durable_finished`` audit row with the precise outcome; the plan status set."""
+        plan = self._verified(call.signed).plan
+        status = PLAN_STATUS.get(call.outcome, "failed")
+        try:
+            self.plans.set_status(plan.plan_id, status)
+        except CountersignError as e:
+            raise _app_error(e) from e
+        self._audit(
+            kind="durable_finished",
+            status=call.outcome,
+            actor=call.user_id,
+            plan_id=plan.plan_id,
+            details={"workflow_id": call.workflow_id[:80], "plan_status": status},
+        )
+        return status
+
+    def _step_status(self, plan: Plan, step: int, status: str, output: Any = None) -> None:
+        """Report a durable step's progress where interactive steps report theirs."""
+        if isinstance(output, Mapping) and "output" in output:
+            output = output["output"]
+        try:
+            self.plans.set_step(plan.plan_id, step, status, output=output)
+        except CountersignError as e:
+            raise _app_error(e) from e
 
     def _perform(self, step: PlanStep, args: Mapping[str, Any], key: str) -> dict[str, Any]:
         node = resolve_step(step.model_copy(update={"args": dict(args)}), self.registry)

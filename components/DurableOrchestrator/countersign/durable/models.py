@@ -137,6 +137,15 @@ class ReconcileCall(_M):
     result: dict[str, Any] | None = None
 
 
+class FinishCall(_M):
+    """How a durable run ended, for the plan's status and the audit log (activity input)."""
+
+    signed: dict[str, Any]
+    user_id: str
+    outcome: str = Field(min_length=1, max_length=32)
+    workflow_id: str = ""
+
+
 class DoneWrite(_M):
     """A write that happened (for compensation)."""
 

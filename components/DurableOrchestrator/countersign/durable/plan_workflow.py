@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         ResolveStep,
         StepCall,
     )
-    from .workflows import not_started, outcome_unknown
+    from .workflows import finish, not_started, outcome_unknown
 
 __all__ = ["PlanExecutionWorkflow"]
 
@@ -160,6 +160,11 @@ class PlanExecutionWorkflow:
 
     @workflow.run
     async def run(self, inp: PlanInput) -> PlanRunResult:
+        result = await self._run(inp)
+        await finish(inp.signed, inp.user_id, result.status, self._timeout())
+        return result
+
+    async def _run(self, inp: PlanInput) -> PlanRunResult:
         self._inp = inp
         await workflow.execute_activity(
             "verify_plan", inp.signed, retry_policy=_ONCE, start_to_close_timeout=self._timeout()

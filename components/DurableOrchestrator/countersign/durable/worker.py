@@ -223,6 +223,7 @@ def make_worker(
             activities.write_step,
             activities.reconcile_step,
             activities.compensate,
+            activities.finish_plan,
         ],
         activity_executor=ThreadPoolExecutor(max_concurrent_activities),
         workflow_runner=workflow_runner(),

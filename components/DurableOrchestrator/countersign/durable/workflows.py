@@ -23,6 +23,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from .models import (
         ApproveGate,
+        FinishCall,
         ReconcileCall,
         Reconfigure,
         RedeemCall,
@@ -34,7 +35,14 @@ with workflow.unsafe.imports_passed_through():
         WatchState,
     )
 
-__all__ = ["UNKNOWN", "WatcherWorkflow", "not_started", "outcome_unknown"]
+__all__ = [
+    "FINISH_PATCH",
+    "UNKNOWN",
+    "WatcherWorkflow",
+    "finish",
+    "not_started",
+    "outcome_unknown",
+]
 
 _POLL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=5),
@@ -54,6 +62,26 @@ UNKNOWN = "idempotency_outcome_unknown"
 def outcome_unknown(e: ActivityError) -> bool:
     """True when an activity failed because a write's outcome is unknown (never retried)."""
     return isinstance(e.cause, ApplicationError) and e.cause.type == UNKNOWN
+
+
+#: the patch that added ``finish_plan`` at the end of a run (histories before it replay without)
+FINISH_PATCH = "finish-plan-v1"
+
+
+async def finish(signed: dict[str, Any], user_id: str, outcome: str, timeout: timedelta) -> None:
+    """Report the run's end to the plan store and the audit log (from ``FINISH_PATCH`` on)."""
+    if workflow.patched(FINISH_PATCH):
+        await workflow.execute_activity(
+            "finish_plan",
+            FinishCall(
+                signed=signed,
+                user_id=user_id,
+                outcome=outcome,
+                workflow_id=workflow.info().workflow_id,
+            ),
+            retry_policy=RetryPolicy(maximum_attempts=10),
+            start_to_close_timeout=timeout,
+        )
 
 
 def not_started(what: str) -> ApplicationError:
@@ -199,6 +227,11 @@ class WatcherWorkflow:
     # ---- run ----------------------------------------------------------------------------------
     @workflow.run
     async def run(self, inp: WatchInput) -> WatchResult:
+        result = await self._run(inp)
+        await finish(inp.signed, inp.user_id, result.status, self._timeout())
+        return result
+
+    async def _run(self, inp: WatchInput) -> WatchResult:
         self._inp = inp
         now = workflow.now()
         state = inp.state
