@@ -246,6 +246,10 @@ def test_rejected_gate_books_nothing(
         await _until(env, handle, "waiting_approval", step_h=1)
         latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
         token = _token(db, doc)  # issued before the rejection
+        with pytest.raises(WorkflowUpdateFailedError):  # malformed: refused, nothing recorded
+            await latest.execute_update("approve_gate", {"gate_id": "gate-A", "token": "short"})
+        with pytest.raises(WorkflowUpdateFailedError):
+            await latest.execute_update("reject_gate", {"gate": "gate-A"})
         await latest.execute_update(
             WatcherWorkflow.reject_gate, RejectGate(gate_id="gate-A", reason="too early")
         )
@@ -973,3 +977,32 @@ def test_worker_sigkill_mid_write_effect_happens_once(
             if p is not None and p.poll() is None:
                 p.kill()
         temporal_stop(folder)
+
+
+def test_bad_signature_fails_the_run_before_any_step(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """A plan changed after signing: the run fails non-retryably at the first activity, the
+    refusal is audited, the provider is never called."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import ActivityError, ApplicationError
+
+    sandbox.appear_after = 1
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        doc["plan"]["graph"][0]["args"]["consulate"] = "porto"  # tampered
+        handle = await _start(env, doc)
+        with pytest.raises(WorkflowFailureError) as err:
+            await handle.result()
+        cause = err.value.cause
+        assert isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError)
+        assert cause.cause.type == "signature_hash_mismatch" and cause.cause.non_retryable
+        await _replay(env, handle.id)
+
+    _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert sandbox.searches == 0 and sandbox.booking_posts == 0
+    with db.tx() as c:
+        refused = c.execute(
+            text("SELECT reason FROM audit_log WHERE kind = 'signature_refused'")
+        ).all()
+    assert [r.reason for r in refused] == ["signature_hash_mismatch"]
