@@ -1006,3 +1006,54 @@ def test_bad_signature_fails_the_run_before_any_step(
             text("SELECT reason FROM audit_log WHERE kind = 'signature_refused'")
         ).all()
     assert [r.reason for r in refused] == ["signature_hash_mismatch"]
+
+
+@pytest.mark.slow
+def test_search_attributes_registered_on_a_bare_server_find_the_run(
+    registry: Registry, keyring: KeyRing, tmp_path: Path
+) -> None:
+    """A server without our search attributes refuses a start that sets them; after
+    ``register_search_attributes`` (idempotent) the run starts and a person finds it by plan_id."""
+    from temporalio.service import RPCError
+
+    from countersign.durable import connect, register_search_attributes, start_watcher
+    from countersign.durable.runtime import temporal_start, temporal_stop
+    from countersign.n8n import free_port
+
+    port, ui = free_port(), free_port()
+    folder = tmp_path / "temporal"
+    doc = _signed(registry, keyring)
+    inp = WatchInput(
+        signed=doc, user_id="alice@example.com", watch_step=1, gate_id="gate-A", book_step=3
+    )
+    temporal_start(folder, port=port, ui_port=ui, search_attributes=False)
+    try:
+
+        async def go() -> list[str]:
+            client = await connect(f"127.0.0.1:{port}")
+            with pytest.raises(RPCError):
+                await start_watcher(client, inp)
+            assert sorted(await register_search_attributes(client)) == [
+                "intent",
+                "plan_id",
+                "user_id",
+            ]
+            assert await register_search_attributes(client) == []
+            handle = await start_watcher(client, inp)
+            found: list[str] = []
+            for _ in range(50):
+                found = [
+                    w.id
+                    async for w in client.list_workflows(
+                        f"plan_id = '{doc['plan']['plan_id']}' AND user_id = 'alice@example.com'"
+                    )
+                ]
+                if found:
+                    break
+                await asyncio.sleep(0.2)
+            await handle.terminate("test over")
+            return found
+
+        assert asyncio.run(go()) == [f"watch-{doc['plan']['plan_id']}"]
+    finally:
+        temporal_stop(folder)

@@ -14,7 +14,7 @@ from countersign.storage import Database
 
 from .activities import DurableActivities
 from .runtime import temporal_start, temporal_status, temporal_stop
-from .worker import connect, make_worker
+from .worker import connect, make_worker, register_search_attributes
 
 __all__ = ["app"]
 
@@ -37,6 +37,23 @@ def down_cmd() -> None:
 def status_cmd() -> None:
     """Running or not, as JSON."""
     typer.echo(json.dumps(temporal_status(Settings().home / "temporal")))
+
+
+@app.command("attributes")
+def attributes_cmd() -> None:
+    """Register the search attributes user_id, plan_id, intent (Keyword) on a cluster."""
+    settings = Settings()
+
+    async def run() -> list[str]:
+        client = await connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            tls_cert=settings.temporal_tls_cert,
+            tls_key=settings.temporal_tls_key,
+        )
+        return await register_search_attributes(client)
+
+    typer.echo(json.dumps({"added": asyncio.run(run())}))
 
 
 @app.command("worker")

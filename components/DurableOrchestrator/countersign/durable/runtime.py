@@ -44,9 +44,15 @@ def _open(port: int) -> bool:
 
 
 def temporal_start(
-    folder: Path, *, port: int = 7233, ui_port: int = 8233, timeout_s: float = 60
+    folder: Path,
+    *,
+    port: int = 7233,
+    ui_port: int = 8233,
+    timeout_s: float = 60,
+    search_attributes: bool = True,
 ) -> dict[str, Any]:
-    """Start the dev server in the background (pid and log in ``folder``); wait for the port."""
+    """Start the dev server in the background (pid and log in ``folder``); wait for the port.
+    ``search_attributes=False`` leaves them out (as a bare cluster would be)."""
     folder.mkdir(parents=True, exist_ok=True)
     if _open(port):
         return temporal_status(folder, port=port, ui_port=ui_port)
@@ -65,7 +71,7 @@ def temporal_start(
         "--log-level",
         "warn",
     ]
-    for attr in SEARCH_ATTRIBUTES:
+    for attr in SEARCH_ATTRIBUTES if search_attributes else ():
         cmd += ["--search-attribute", f"{attr}=Keyword"]
     with (folder / "temporal.log").open("ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

