@@ -198,9 +198,10 @@ class DurableActivities:
             result = self._perform(step, args, key)
         except _NotSentError as e:
             ledger.fail(key, str(e), owner=owner)
-            raise ApplicationError(
-                str(e), type="provider_unreachable"
-            ) from e  # retryable: nothing sent
+            raise ApplicationError(  # retryable: nothing was sent
+                f"plan {plan.plan_id} step {step.step} ({step.uses}.{step.call}): {e}",
+                type="provider_unreachable",
+            ) from e
         except _RefusedError as e:
             ledger.fail(key, str(e), owner=owner)
             self._step_status(plan, step.step, "failed")
@@ -213,11 +214,18 @@ class DurableActivities:
                 op=f"{step.uses}.{step.call}",
                 reason=str(e)[:500],
             )
-            raise ApplicationError(str(e), type="provider_refused", non_retryable=True) from e
+            raise ApplicationError(
+                f"plan {plan.plan_id} step {step.step} ({step.uses}.{step.call}): {e}",
+                type="provider_refused",
+                non_retryable=True,
+            ) from e
         except Exception as e:
             ledger.mark_unknown(key, f"{type(e).__name__}", owner=owner)
             raise ApplicationError(
-                "outcome unknown", type="idempotency_outcome_unknown", non_retryable=True
+                f"plan {plan.plan_id} step {step.step} ({step.uses}.{step.call}): outcome unknown "
+                f"after {type(e).__name__}; check the provider, then resolve_step",
+                type="idempotency_outcome_unknown",
+                non_retryable=True,
             ) from e
         ledger.complete(key, result, owner=owner)
         self._step_status(plan, step.step, "done", result)
