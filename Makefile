@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install up test lint typecheck unit bench goldens clean
+.PHONY: install up test lint typecheck lockfiles unit bench goldens clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,7 +19,7 @@ up: install
 	$(BIN)/countersign up
 
 ## Installs, then runs every check CI runs: lint, types, all tests.
-test: install lint typecheck unit
+test: install lint typecheck lockfiles unit
 
 lint:
 	$(BIN)/ruff check .
@@ -27,6 +27,10 @@ lint:
 
 typecheck:
 	$(BIN)/mypy components tests bench usecases
+
+## Fast guard (seconds): npm ci --dry-run on a copy of every deploy/*/package*.json.
+lockfiles:
+	$(BIN)/countersign n8n check-lockfiles
 
 unit:
 	$(BIN)/pytest -q

