@@ -380,10 +380,10 @@ def test_n8n_down_mid_execute_then_again_exactly_one_event(stack: Stack, tmp_pat
         class KillBeforeWrite(N8nTransport):
             """Stops n8n the moment the first write (step 5) is about to be called."""
 
-            async def call(self, path: str, body: Any) -> Any:
+            async def call(self, path: str, body: Any, *, write: bool = False) -> Any:
                 if body["plan"]["step"] == 5 and (data / "n8n.pid").exists():
                     stop(data)
-                return await super().call(path, body)
+                return await super().call(path, body, write=write)
 
         async def first() -> dict[str, str]:
             async with N8nClient(handle.base_url, handle.api_key) as client:
@@ -466,3 +466,165 @@ def test_whole_plan_workflow_is_accepted_by_n8n(stack: Stack) -> None:
 
     asyncio.run(go())
     assert stack.events() == [] and stack.mails() == 0
+
+
+# ---- a write is sent at most once, whatever happens after it left (issue 10, hole 2) ------------
+
+
+class _RecordingProxy:
+    """Forwards every request to Radicale and records it; a PUT can be answered slowly (after the
+    client gave up) or with a 500 (after Radicale stored it): the provider acted either way."""
+
+    def __init__(self, target: str, mode: str) -> None:
+        import http.server
+        import threading
+
+        import httpx
+
+        self.arrivals: list[tuple[str, str]] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.arrivals.append((self.command, self.path))
+                r = httpx.request(
+                    self.command,
+                    target + self.path,
+                    content=body,
+                    headers={k: v for k, v in self.headers.items() if k.lower() not in {"host"}},
+                    timeout=10,
+                )
+                status = r.status_code
+                if self.command == "PUT":
+                    if mode == "slow":
+                        import time as _t
+
+                        _t.sleep(4)
+                    elif mode == "error":
+                        status = 500
+                self.send_response(status)
+                for k, v in r.headers.items():
+                    if k.lower() not in {"content-length", "transfer-encoding", "connection"}:
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_REPORT = do_PROPFIND = _forward  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def writes(self) -> list[tuple[str, str]]:
+        return [a for a in self.arrivals if a[0] not in {"GET", "REPORT", "PROPFIND"}]
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def _key_state(s: Stack, doc: dict[str, Any], step: int) -> str:
+    with s.db.tx() as c:
+        return str(
+            c.execute(
+                text("SELECT state FROM idempotency_keys WHERE key LIKE :k"),
+                {"k": f"{doc['plan']['plan_id']}:{step}:%"},
+            ).scalar_one()
+        )
+
+
+@pytest.mark.parametrize("mode", ["slow", "error"])
+def test_write_that_timed_out_or_got_5xx_arrives_once_and_is_unknown(
+    stack: Stack, mode: str
+) -> None:
+    """The calendar write reaches the provider, then the answer is lost (the webhook call times
+    out) or is a 500: exactly one PUT arrives, the key is ``unknown``, and a new approval sends
+    nothing more under it."""
+    proxy = _RecordingProxy(stack.radicale.base_url, mode)
+    stack.settings = {**stack.settings, "caldav_base_url": proxy.url}
+    doc = _signed(stack.registry, stack.keyring)
+    try:
+
+        async def go() -> None:
+            async with N8nClient(stack.n8n.base_url, stack.n8n.api_key, timeout_s=2.0) as client:
+                transport = N8nTransport(client)
+                preview = await _preview(stack, doc, transport)
+                slot = _first_slot(preview)
+                with pytest.raises(OutcomeUnknownError):
+                    await _executor(stack, transport).execute(
+                        doc, user_id=ALICE, tokens={"gate-A": _approve(stack, doc, slot)}
+                    )
+                await asyncio.sleep(5 if mode == "slow" else 0.5)  # n8n finishes on its own
+                with pytest.raises(OutcomeUnknownError):
+                    await _executor(stack, transport).execute(
+                        doc, user_id=ALICE, tokens={"gate-A": _approve(stack, doc, slot)}
+                    )
+
+        asyncio.run(go())
+        assert [m for m, _ in proxy.writes()] == ["PUT"]
+        assert _key_state(stack, doc, 5) == "unknown"
+        assert len(stack.events()) == 1 and stack.mails() == 0
+    finally:
+        proxy.close()
+
+
+def test_mail_whose_n8n_answers_500_is_sent_once(
+    stack: Stack, n8n: N8nHandle, tmp_path: Path
+) -> None:
+    """The SMTP server keeps the message, then answers 451: n8n's execution fails (500). The old
+    client re-sent it 8 times; now one mail arrives and its key is ``unknown``."""
+    from aiosmtpd.controller import Controller
+
+    from countersign.n8n import free_port
+
+    class KeepThenFail(SmtpSink):
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+            await super().handle_DATA(server, session, envelope)
+            return "451 4.3.0 kept it, but say otherwise"
+
+    flaky = KeepThenFail(host="127.0.0.1", port=free_port())
+    controller = Controller(flaky, hostname="127.0.0.1", port=flaky.port)
+    controller.start()
+    doc = _signed(stack.registry, stack.keyring)
+    try:
+
+        async def go() -> None:
+            async with N8nClient(n8n.base_url, n8n.api_key) as client:
+                cred = await client.create_credential(
+                    "flaky smtp",
+                    "smtp",
+                    {
+                        "host": flaky.host,
+                        "port": flaky.port,
+                        "secure": False,
+                        "disableStartTls": True,
+                        "user": "",
+                        "password": "",
+                    },
+                )
+                stack.creds = {"smtp": CredentialRef(id=str(cred["id"]), name="flaky smtp")}
+                transport = N8nTransport(client)
+                preview = await _preview(stack, doc, transport)
+                with pytest.raises(OutcomeUnknownError):
+                    await _executor(stack, transport).execute(
+                        doc,
+                        user_id=ALICE,
+                        tokens={"gate-A": _approve(stack, doc, _first_slot(preview))},
+                    )
+
+        asyncio.run(go())
+        time_limit = datetime.now(UTC) + timedelta(seconds=5)
+        while datetime.now(UTC) < time_limit and len(flaky.messages) < 2:
+            import time as _t
+
+            _t.sleep(0.2)
+        # steps 6 and 7 mail Alice and Bob in parallel: each message arrives once, never more
+        assert sorted(str(m["To"]) for m in flaky.messages) == sorted([ALICE, BOB])
+        assert {_key_state(stack, doc, 6), _key_state(stack, doc, 7)} == {"unknown"}
+        assert len(stack.events()) == 1  # the calendar write before them completed
+    finally:
+        controller.stop()

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from countersign.execute.core import (
-    compensation_steps,
-    idempotency_key,
-    stale_changes,
-    write_specs,
-)
+from countersign.execute.core import stale_changes, write_specs
 from countersign.kernel import Plan, Policy, content_hash
 from countersign.planner import make_plan
 from countersign.planner.testing import make_intent
 from countersign.registry import Registry
+from countersign.steps import compensation_steps, idempotency_key
 
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from countersign.audit import AuditLog
-from countersign.execute import idempotency_key
 from countersign.kernel import content_hash
+from countersign.steps import idempotency_key
 from countersign.storage import (
     Database,
     IdempotencyLedger,

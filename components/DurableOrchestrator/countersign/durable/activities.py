@@ -8,8 +8,9 @@ is unknown is never retried by Temporal (non-retryable), it waits for reconcilia
 from __future__ import annotations
 
 import smtplib
+import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from email.message import EmailMessage
 from typing import Any
 
@@ -20,13 +21,20 @@ from temporalio.exceptions import ApplicationError
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
-from countersign.execute import compensation_steps, idempotency_key
-from countersign.kernel import CountersignError, Plan, PlanStep, content_hash
+from countersign.kernel import BindingError, CountersignError, Plan, PlanStep, content_hash
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
-from countersign.storage import Database, IdempotencyLedger, PlanStore
+from countersign.steps import (
+    Attempt,
+    Replay,
+    WriteFailedError,
+    WriteProtocol,
+    compensation_steps,
+    idempotency_key,
+)
+from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError, PlanStore
 
-from .http import http_call
+from .http import HttpCall, http_call
 from .models import CompensateCall, FinishCall, ReconcileCall, RedeemCall, StepCall
 
 __all__ = ["PLAN_STATUS", "DurableActivities"]
@@ -169,76 +177,67 @@ class DurableActivities:
         except CountersignError as e:
             raise _app_error(e) from e
 
+    def _writes(self) -> WriteProtocol:
+        """The write protocol for this activity attempt (its lease, its owner)."""
+        return WriteProtocol(
+            self._attempt_ledger(),
+            lambda row: self._audit(**row),
+            owner=f"temporal:{activity.info().workflow_id}",
+            clock=time.perf_counter,
+        )
+
     @activity.defn(name="write_step")
     def write_step(self, call: StepCall) -> dict[str, Any]:
-        """Run a write step at most once (idempotency ledger); its result."""
+        """Run a write step at most once through the write protocol (``countersign.steps``); its
+        result. Nothing sent → retryable ``provider_unreachable``; refused → non-retryable
+        ``provider_refused``; may have happened → non-retryable ``idempotency_outcome_unknown``
+        (the workflow waits for a person's ``resolve_step``)."""
         plan = self._verified(call.signed).plan
-        step, args, key = self._write_key(plan, call)
-        ledger = self._attempt_ledger()
-        owner = f"temporal:{activity.info().workflow_id}"
+        step, args, _ = self._write_key(plan, call)
+        op = self.registry.op(step.uses, step.call)
+        where = f"plan {plan.plan_id} step {step.step} ({step.uses}.{step.call})"
+        writes = self._writes()
         try:
-            claim = ledger.claim(key, content_hash(args), owner=owner)
-        except CountersignError as e:
-            raise _app_error(e) from e
-        if claim.state == "completed":
-            self._step_status(plan, step.step, "done", claim.result)
-            return dict(claim.result or {})
-        self._step_status(plan, step.step, "running")
-        self._audit(
-            kind="step_started",
-            status="running",
-            actor=call.user_id,
-            plan_id=plan.plan_id,
-            step=step.step,
-            op=f"{step.uses}.{step.call}",
-        )
-        t0 = time.perf_counter()
-        ledger.mark_sent(key, owner=owner)
-        try:
-            result = self._perform(step, args, key)
-        except _NotSentError as e:
-            ledger.fail(key, str(e), owner=owner)
-            raise ApplicationError(  # retryable: nothing was sent
-                f"plan {plan.plan_id} step {step.step} ({step.uses}.{step.call}): {e}",
-                type="provider_unreachable",
-            ) from e
-        except _RefusedError as e:
-            ledger.fail(key, str(e), owner=owner)
-            self._step_status(plan, step.step, "failed")
-            self._audit(
-                kind="step_failed",
-                status="error",
-                actor=call.user_id,
+            ticket = writes.claim(
                 plan_id=plan.plan_id,
                 step=step.step,
                 op=f"{step.uses}.{step.call}",
-                reason=str(e)[:500],
+                args=args,
+                actor=call.user_id,
+                natural_key=op.idempotency is not None and op.idempotency.via == "natural_key",
             )
+        except CountersignError as e:
+            raise _app_error(e) from e
+        if isinstance(ticket, Replay):
+            self._step_status(plan, step.step, "done", ticket.result)
+            return dict(ticket.result or {})
+        self._step_status(plan, step.step, "running")
+        try:
+            send = self._prepare(step, args, ticket.key)
+        except CountersignError as e:  # could not even build the request: nothing left
+            failed = writes.abandon(ticket, e.message)
+            self._step_status(plan, step.step, "failed")
             raise ApplicationError(
-                f"plan {plan.plan_id} step {step.step} ({step.uses}.{step.call}): {e}",
-                type="provider_refused",
-                non_retryable=True,
+                f"{where}: {failed.reason}", type=e.code, non_retryable=True
             ) from e
-        except Exception as e:
-            ledger.mark_unknown(key, f"{type(e).__name__}", owner=owner)
+        writes.sending(ticket)
+        try:
+            done = writes.settle(ticket, send())
+        except WriteFailedError as e:
+            if not e.sent:  # retryable: nothing was sent; the next attempt claims the key again
+                raise ApplicationError(f"{where}: {e.reason}", type="provider_unreachable") from e
+            self._step_status(plan, step.step, "failed")
             raise ApplicationError(
-                f"plan {plan.plan_id} step {step.step} ({step.uses}.{step.call}): outcome unknown "
-                f"after {type(e).__name__}; check the provider, then resolve_step",
+                f"{where}: {e.reason}", type="provider_refused", non_retryable=True
+            ) from e
+        except OutcomeUnknownError as e:
+            raise ApplicationError(
+                f"{where}: {e.message}; check the provider, then resolve_step",
                 type="idempotency_outcome_unknown",
                 non_retryable=True,
             ) from e
-        ledger.complete(key, result, owner=owner)
-        self._step_status(plan, step.step, "done", result)
-        self._audit(
-            kind="step_finished",
-            status="ok",
-            actor=call.user_id,
-            plan_id=plan.plan_id,
-            step=step.step,
-            op=f"{step.uses}.{step.call}",
-            latency_ms=int((time.perf_counter() - t0) * 1000),
-        )
-        return result
+        self._step_status(plan, step.step, "done", done.result)
+        return done.result
 
     @staticmethod
     def _write_key(plan: Plan, call: StepCall) -> tuple[PlanStep, dict[str, Any], str]:
@@ -295,39 +294,48 @@ class DurableActivities:
             for d in call.done
         ]
         undone: list[int] = []
-        ledger = self._attempt_ledger()
-        owner = f"temporal:{activity.info().workflow_id}"
+        writes = self._writes()
         for comp in compensation_steps(plan, self.registry, done):
             original = 10_000 - comp.step
-            key = idempotency_key(plan.plan_id, comp.step, comp.args)
-            claim = ledger.claim(key, content_hash(comp.args), owner=owner)
-            if claim.state != "completed":
-                ledger.mark_sent(key, owner=owner)
+            op = f"{comp.uses}.{comp.call}"
+            try:
+                ticket = writes.claim(
+                    plan_id=plan.plan_id, step=comp.step, op=op, args=comp.args, actor=call.user_id
+                )
+            except CountersignError as e:  # e.g. an earlier compensation's outcome is unknown
+                self._compensation_row(plan, original, op, call.user_id, "unknown", e.code)
+                continue
+            if not isinstance(ticket, Replay):
                 try:
-                    result = self._perform(comp, comp.args, key)
-                except Exception as e:
-                    ledger.mark_unknown(key, type(e).__name__, owner=owner)
-                    self._audit(
-                        kind="step_compensated",
-                        status="unknown",
-                        actor=call.user_id,
-                        plan_id=plan.plan_id,
-                        step=original,
-                        op=f"{comp.uses}.{comp.call}",
-                    )
+                    send = self._prepare(comp, comp.args, ticket.key)
+                except CountersignError as e:
+                    writes.abandon(ticket, e.message)
+                    self._compensation_row(plan, original, op, call.user_id, "error", e.code)
                     continue
-                ledger.complete(key, result, owner=owner)
-            self._audit(
-                kind="step_compensated",
-                status="ok",
-                actor=call.user_id,
-                plan_id=plan.plan_id,
-                step=original,
-                op=f"{comp.uses}.{comp.call}",
-            )
+                writes.sending(ticket)
+                try:
+                    writes.settle(ticket, send())
+                except (WriteFailedError, OutcomeUnknownError) as e:
+                    status = "unknown" if isinstance(e, OutcomeUnknownError) else "error"
+                    self._compensation_row(plan, original, op, call.user_id, status, e.code)
+                    continue
+            self._compensation_row(plan, original, op, call.user_id, "ok", None)
             self._step_status(plan, original, "compensated")
             undone.append(original)
         return undone
+
+    def _compensation_row(
+        self, plan: Plan, original: int, op: str, actor: str, status: str, reason: str | None
+    ) -> None:
+        self._audit(
+            kind="step_compensated",
+            status=status,
+            actor=actor,
+            plan_id=plan.plan_id,
+            step=original,
+            op=op,
+            reason=reason,
+        )
 
     @activity.defn(name="finish_plan")
     def finish_plan(self, call: FinishCall) -> str:
@@ -357,24 +365,56 @@ class DurableActivities:
         except CountersignError as e:
             raise _app_error(e) from e
 
-    def _perform(self, step: PlanStep, args: Mapping[str, Any], key: str) -> dict[str, Any]:
+    def _prepare(self, step: PlanStep, args: Mapping[str, Any], key: str) -> Callable[[], Attempt]:
+        """Build the step's request (any error here: nothing was sent); the one send, which
+        reports what happened as an ``Attempt`` and never raises."""
         node = resolve_step(step.model_copy(update={"args": dict(args)}), self.registry)
         if node.node_type == "n8n-nodes-base.emailSend":
-            msg = EmailMessage()
-            msg["From"] = self.settings["smtp_from"]
-            msg["To"] = str(args["to"])
-            msg["Subject"] = str(args["subject"])
-            msg["Message-ID"] = f"<{content_hash(key)[:32]}@countersign>"
-            msg.set_content(str(args["body"]))
-            try:
-                with smtplib.SMTP(
-                    self.settings["smtp_host"], int(self.settings["smtp_port"]), timeout=30
-                ) as s:
-                    s.send_message(msg)
-            except ConnectionRefusedError as e:
-                raise _NotSentError(f"SMTP server refused the connection: {e}") from e
-            return {"id": msg["Message-ID"], "status": 250}
+            msg = self._email(args, key)
+            return lambda: self._send_mail(msg)
         req = http_call(node, render_data(node, args, self.settings, idempotency_key=key))
+        output = self.registry.op(step.uses, step.call).output
+        return lambda: self._send_http(req, output, args)
+
+    def _email(self, args: Mapping[str, Any], key: str) -> EmailMessage:
+        for name in ("smtp_from", "smtp_host", "smtp_port"):
+            if not self.settings.get(name):
+                raise BindingError(f"connector setting {name!r} is not configured")
+        for name in ("to", "subject", "body"):
+            if name not in args:
+                raise BindingError(f"mail step needs the argument {name!r}")
+        msg = EmailMessage()
+        msg["From"] = self.settings["smtp_from"]
+        msg["To"] = str(args["to"])
+        msg["Subject"] = str(args["subject"])
+        msg["Message-ID"] = f"<{content_hash(key)[:32]}@countersign>"
+        msg.set_content(str(args["body"]))
+        return msg
+
+    def _send_mail(self, msg: EmailMessage) -> Attempt:
+        try:
+            s = smtplib.SMTP(
+                self.settings["smtp_host"], int(self.settings["smtp_port"]), timeout=30
+            )
+        except (ConnectionRefusedError, socket.gaierror, TimeoutError) as e:
+            return Attempt.not_sent(f"SMTP connect failed: {type(e).__name__}")
+        except OSError as e:
+            return Attempt.not_sent(f"SMTP connect failed: {type(e).__name__}")
+        try:
+            with s:
+                s.send_message(msg)
+        except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as e:
+            return Attempt("refused", detail=f"SMTP refused: {type(e).__name__}")
+        except smtplib.SMTPDataError as e:
+            if 500 <= e.smtp_code < 600:  # permanent refusal of the message: not accepted
+                return Attempt("refused", detail=f"SMTP answered {e.smtp_code}")
+            return Attempt.lost(f"SMTP answered {e.smtp_code} to DATA")
+        except Exception as e:  # the message may have been accepted
+            return Attempt.lost(f"SMTP {type(e).__name__}")
+        return Attempt("answered", output={"id": msg["Message-ID"]})
+
+    @staticmethod
+    def _send_http(req: HttpCall, output: Any, args: Mapping[str, Any]) -> Attempt:
         try:
             r = httpx.request(
                 req.method,
@@ -385,26 +425,14 @@ class DurableActivities:
                 timeout=30,
             )
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            raise _NotSentError(f"{type(e).__name__}") from e
-        if 400 <= r.status_code < 500:
-            raise _RefusedError(f"provider answered {r.status_code}")
-        if r.status_code >= 500:
-            raise RuntimeError(f"provider answered {r.status_code}")
-        out = normalize_output(
-            self.registry.op(step.uses, step.call).output,
-            {"statusCode": r.status_code, "body": r.text},
-            args,
-        )
-        ident = out.get("id") if isinstance(out, Mapping) else None
-        return {"id": ident, "status": r.status_code, "output": out}
-
-
-class _NotSentError(Exception):
-    """The request provably never left."""
-
-
-class _RefusedError(Exception):
-    """The provider answered 4xx: no effect."""
+            return Attempt.not_sent(f"{type(e).__name__}")
+        except Exception as e:  # read timeout, dropped connection, …: may have arrived
+            return Attempt.lost(f"{type(e).__name__}")
+        try:
+            out = normalize_output(output, {"statusCode": r.status_code, "body": r.text}, args)
+        except CountersignError as e:
+            return Attempt.lost(f"provider answered {r.status_code}, unreadable: {e.code}")
+        return Attempt("answered", status=r.status_code, output=out)
 
 
 def _int_keys(outputs: Mapping[str, Any]) -> dict[int, Any]:

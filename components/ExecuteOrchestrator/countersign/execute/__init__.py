@@ -4,8 +4,6 @@ from .core import (
     Change,
     StaleWorldError,
     WriteSpec,
-    compensation_steps,
-    idempotency_key,
     stale_changes,
     write_specs,
 )
@@ -18,8 +16,6 @@ __all__ = [
     "Executor",
     "StaleWorldError",
     "WriteSpec",
-    "compensation_steps",
-    "idempotency_key",
     "stale_changes",
     "write_specs",
 ]

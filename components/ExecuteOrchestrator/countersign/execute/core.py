@@ -1,7 +1,8 @@
 """Pure decisions of an execute: which gate guards which write, which reads a write depends on,
 what changed since the preview, and how to undo writes that already happened.
 
-Shared by the interactive ExecuteOrchestrator (n8n) and the durable one (Temporal sagas).
+The idempotency key and compensations live one floor down, in ``countersign.steps``, where both
+runtimes' write protocol is.
 """
 
 from __future__ import annotations
@@ -10,15 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from countersign.kernel import CountersignError, Plan, PlanStep, content_hash
+from countersign.kernel import CountersignError, Plan, content_hash
 from countersign.registry import Registry
 
 __all__ = [
     "Change",
     "StaleWorldError",
     "WriteSpec",
-    "compensation_steps",
-    "idempotency_key",
     "stale_changes",
     "write_specs",
 ]
@@ -100,11 +99,6 @@ def write_specs(plan: Plan, registry: Registry) -> list[WriteSpec]:
     return specs
 
 
-def idempotency_key(plan_id: str, step: int, args: Mapping[str, Any]) -> str:
-    """``plan_id:step:arg_hash`` with arg_hash = sha256 of the canonical args (GLOBAL_SPEC §8)."""
-    return f"{plan_id}:{step}:{content_hash(dict(args))}"
-
-
 def stale_changes(
     before: Mapping[int, str],
     before_outputs: Mapping[int, Any],
@@ -116,40 +110,3 @@ def stale_changes(
         if n in before and content_hash(after_outputs[n]) != before[n]:
             changes.append(Change(step=n, before=before_outputs.get(n), after=after_outputs[n]))
     return changes
-
-
-def compensation_steps(
-    plan: Plan, registry: Registry, done: Sequence[tuple[PlanStep, Mapping[str, Any], Any]]
-) -> list[PlanStep]:
-    """Steps that undo ``done`` writes (step, resolved args, output), newest first.
-
-    Each compensation is a new PlanStep numbered ``10000 - original`` … not part of the signed
-    graph; its args come from the registry's ``compensation.args`` (``args.<name>`` or
-    ``result.id``/``result.link``). Writes without a compensation are skipped (and reported by the
-    caller).
-    """
-    out: list[PlanStep] = []
-    for step, args, result in reversed(done):
-        comp = registry.op(step.uses, step.call).compensation
-        if comp is None:
-            continue
-        cargs: dict[str, Any] = {}
-        for name, src in comp.args.items():
-            if src.startswith("args."):
-                cargs[name] = args.get(src.removeprefix("args."))
-            else:
-                field = src.removeprefix("result.")
-                cargs[name] = result.get(field) if isinstance(result, Mapping) else None
-        target = registry.op(step.uses, comp.call)
-        out.append(
-            PlanStep(
-                step=10_000 - step.step,
-                mode=step.mode,
-                role=target.role,
-                uses=step.uses,
-                call=comp.call,
-                args=cargs,
-                dry_run=False,
-            )
-        )
-    return out

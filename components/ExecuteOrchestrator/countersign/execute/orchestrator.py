@@ -28,9 +28,7 @@ from countersign.kernel import (
     ExecuteWrapper,
     Plan,
     PlanStep,
-    content_hash,
 )
-from countersign.n8n import N8nUnavailableError
 from countersign.preview import (
     N8nStepRunner,
     StepFailedError,
@@ -41,17 +39,17 @@ from countersign.preview import (
 )
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan
+from countersign.steps import (
+    Replay,
+    WriteFailedError,
+    WriteProtocol,
+    compensation_steps,
+    idempotency_key,
+)
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 from countersign.workflowbuilder import CredentialRef
 
-from .core import (
-    StaleWorldError,
-    WriteSpec,
-    compensation_steps,
-    idempotency_key,
-    stale_changes,
-    write_specs,
-)
+from .core import StaleWorldError, WriteSpec, stale_changes, write_specs
 
 __all__ = ["ExecuteRefusedError", "ExecuteReport", "Executor"]
 
@@ -96,6 +94,12 @@ class Executor:
         self.recorder = StoreRecorder(self.db, clock=self.clock)
         self.approvals = Approvals(self.db, clock=self.clock, audit=self.audit)
         self.ledger = IdempotencyLedger(self.db, clock=self.clock, audit=self.audit)
+        self.writes = WriteProtocol(
+            self.ledger,
+            lambda row: self._audit(**row),
+            owner=self.owner,
+            clock=time.perf_counter,
+        )
 
     def _audit(self, **entry: Any) -> None:
         with self.db.tx() as c:
@@ -280,73 +284,35 @@ class Executor:
 
         async def one(step: PlanStep, known: Mapping[int, Any]) -> Any:
             args = self._args(step, known, choices)
-            key = idempotency_key(plan.plan_id, step.step, args)
-            claim = self.ledger.claim(key, content_hash(args), owner=self.owner)
-            if claim.state == "completed":
-                wrappers[step.step] = self._wrapper(step, args, claim.result, replay=True)
-                return claim.result
-            self._audit(
-                kind="step_started",
-                status="running",
-                actor=user_id,
-                plan_id=plan.plan_id,
-                step=step.step,
-                op=f"{step.uses}.{step.call}",
-            )
-            t0 = time.perf_counter()
-            self.ledger.mark_sent(key, owner=self.owner)
-            try:
-                out = await runner.run(step, known, idempotency_key=key)
-            except N8nUnavailableError as e:
-                if e.sent:
-                    self.ledger.mark_unknown(key, e.message[:300], owner=self.owner)
-                    raise OutcomeUnknownError(
-                        f"step {step.step}: outcome unknown ({e.code})"
-                    ) from e
-                self.ledger.fail(key, e.message[:300], owner=self.owner)
-                raise StepFailedError(step.step, "n8n unreachable; nothing was sent") from e
-            except CountersignError as e:
-                self.ledger.fail(key, e.message[:300], owner=self.owner)
-                raise StepFailedError(step.step, e.message) from e
-            ms = int((time.perf_counter() - t0) * 1000)
-            status = out.get("status") if isinstance(out, Mapping) else None
             op = self.registry.op(step.uses, step.call)
-            duplicate = (
-                status == 412 and op.idempotency is not None and op.idempotency.via == "natural_key"
-            )
-            if isinstance(status, int) and not (200 <= status < 300 or duplicate):
-                self.ledger.fail(key, f"provider answered {status}", owner=self.owner)
-                self._audit(
-                    kind="step_failed",
-                    status="error",
-                    actor=user_id,
-                    plan_id=plan.plan_id,
-                    step=step.step,
-                    op=f"{step.uses}.{step.call}",
-                    latency_ms=ms,
-                    reason=f"provider answered {status}",
-                )
-                raise StepFailedError(step.step, f"provider answered {status}")
-            result = {"output": out, "deduplicated": duplicate}
-            self.ledger.complete(key, result, owner=self.owner)
-            store.set_step(plan.plan_id, step.step, "done", output=out)
-            self._audit(
-                kind="step_finished",
-                status="ok",
-                actor=user_id,
+            ticket = self.writes.claim(
                 plan_id=plan.plan_id,
                 step=step.step,
                 op=f"{step.uses}.{step.call}",
-                latency_ms=ms,
+                args=args,
+                actor=user_id,
+                natural_key=op.idempotency is not None and op.idempotency.via == "natural_key",
             )
-            done.append((step, args, result))
-            wrappers[step.step] = self._wrapper(step, args, result, replay=duplicate)
-            return result
+            if isinstance(ticket, Replay):
+                wrappers[step.step] = self._wrapper(step, args, ticket.result, replay=True)
+                return ticket.result
+            try:
+                prepared = await runner.prepare(step, known, idempotency_key=ticket.key)
+            except CountersignError as e:
+                raise self.writes.abandon(ticket, e.message) from e
+            self.writes.sending(ticket)
+            outcome = self.writes.settle(ticket, await runner.send_write(prepared))
+            store.set_step(plan.plan_id, step.step, "done", output=outcome.result["output"])
+            done.append((step, args, outcome.result))
+            wrappers[step.step] = self._wrapper(
+                step, args, outcome.result, replay=outcome.verdict == "deduplicated"
+            )
+            return outcome.result
 
         steps = [w.step for w in specs]
         try:
             await run_dag(plan, steps, one, outputs=outputs)
-        except StepFailedError as e:
+        except (StepFailedError, WriteFailedError) as e:
             compensated = await self._compensate(verified, runner, done, user_id)
             store.set_status(plan.plan_id, "failed")
             wrappers[e.step] = ExecuteWrapper(
@@ -357,6 +323,25 @@ class Executor:
             )
         store.set_status(plan.plan_id, "completed")
         return ExecuteReport(plan.plan_id, "completed", [wrappers[k] for k in sorted(wrappers)])
+
+    def _audit_compensation(
+        self,
+        plan: Plan,
+        comp: PlanStep,
+        original: int,
+        user_id: str,
+        status: str,
+        reason: str | None,
+    ) -> None:
+        self._audit(
+            kind="step_compensated",
+            status=status,
+            actor=user_id,
+            plan_id=plan.plan_id,
+            step=original,
+            op=f"{comp.uses}.{comp.call}",
+            reason=reason,
+        )
 
     def _wrapper(
         self, step: PlanStep, args: Mapping[str, Any], result: Any, *, replay: bool
@@ -394,34 +379,28 @@ class Executor:
         undone: list[int] = []
         originals = {10_000 - s.step: s.step for s, _, _ in done}
         for comp in compensation_steps(plan, self.registry, done):
-            key = idempotency_key(plan.plan_id, comp.step, comp.args)
-            claim = self.ledger.claim(key, content_hash(comp.args), owner=self.owner)
-            if claim.state == "completed":
-                undone.append(originals[comp.step])
-                continue
-            self.ledger.mark_sent(key, owner=self.owner)
-            try:
-                out = await runner.run(comp, {}, idempotency_key=key)
-            except CountersignError as e:
-                self.ledger.mark_unknown(key, e.message[:300], owner=self.owner)
-                self._audit(
-                    kind="step_compensated",
-                    status="unknown",
-                    actor=user_id,
-                    plan_id=plan.plan_id,
-                    step=originals[comp.step],
-                    op=f"{comp.uses}.{comp.call}",
-                    reason=e.code,
-                )
-                continue
-            self.ledger.complete(key, {"output": out}, owner=self.owner)
-            self._audit(
-                kind="step_compensated",
-                status="ok",
-                actor=user_id,
+            original = originals[comp.step]
+            ticket = self.writes.claim(
                 plan_id=plan.plan_id,
-                step=originals[comp.step],
+                step=comp.step,
                 op=f"{comp.uses}.{comp.call}",
+                args=comp.args,
+                actor=user_id,
             )
-            undone.append(originals[comp.step])
+            if not isinstance(ticket, Replay):
+                try:
+                    prepared = await runner.prepare(comp, {}, idempotency_key=ticket.key)
+                except CountersignError as e:
+                    self.writes.abandon(ticket, e.message)
+                    self._audit_compensation(plan, comp, original, user_id, "error", e.code)
+                    continue
+                self.writes.sending(ticket)
+                try:
+                    self.writes.settle(ticket, await runner.send_write(prepared))
+                except (WriteFailedError, OutcomeUnknownError) as e:
+                    status = "unknown" if isinstance(e, OutcomeUnknownError) else "error"
+                    self._audit_compensation(plan, comp, original, user_id, status, e.code)
+                    continue
+            self._audit_compensation(plan, comp, original, user_id, "ok", None)
+            undone.append(original)
         return undone

@@ -4,6 +4,11 @@ Only connection errors and 5xx answers are retried (exponential backoff with jit
 404 "not registered" from a webhook right after activation is retried too (n8n 2.x registers
 webhooks asynchronously, and a 404 creates no execution, so retrying it is safe). Everything else
 becomes an ``N8nApiError`` with the status and a body excerpt.
+
+A write (``call_webhook(..., write=True)``) is re-sent only when it provably never reached n8n: a
+refused or timed-out connect, or that 404. After anything else — a read timeout, a dropped
+connection, a 5xx — the request may have run, so the error is raised at once, marked ``sent``
+(the write protocol in ``countersign.steps`` then makes the key ``unknown``).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class N8nClient:
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         retry_404: bool = False,
+        idempotent: bool = True,
     ) -> Any:
         delay = self._backoff
         last: Exception | None = None
@@ -74,8 +80,11 @@ class N8nClient:
             try:
                 r = await self._http.request(method, url, json=json, params=params, headers=headers)
             except httpx.TransportError as e:
-                sent = sent or not isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
+                reached = not isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
+                sent = sent or reached
                 last = N8nUnavailableError(f"n8n {operation}: {type(e).__name__}: {e}", sent=sent)
+                if reached and not idempotent:
+                    raise last from e
             else:
                 if r.status_code < 400:
                     if not r.content:
@@ -89,10 +98,13 @@ class N8nClient:
                     raise err
                 sent = sent or r.status_code != 404
                 last = err
+                if r.status_code != 404 and not idempotent:
+                    raise err
             if attempt + 1 < attempts:
                 await asyncio.sleep(delay * (1 + random.random()))  # noqa: S311 - jitter only
                 delay = min(delay * 2, 1.0)
-        assert last is not None
+        if last is None:  # attempts < 1
+            raise N8nUnavailableError(f"n8n {operation}: no attempt was made", sent=False)
         if isinstance(last, N8nUnavailableError):
             raise N8nUnavailableError(last.message, sent=sent)
         raise last
@@ -213,9 +225,18 @@ class N8nClient:
 
     # ---- webhooks -------------------------------------------------------------------------------
     async def call_webhook(
-        self, path: str, body: Any, *, headers: Mapping[str, str] | None = None, test: bool = False
+        self,
+        path: str,
+        body: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+        test: bool = False,
+        write: bool = False,
     ) -> Any:
-        """POST to a production webhook (``/webhook/<path>``); the workflow's response."""
+        """POST to a production webhook (``/webhook/<path>``); the workflow's response.
+
+        ``write``: the workflow has an external effect, so the request is re-sent only while it
+        provably never reached n8n (module docstring)."""
         prefix = "webhook-test" if test else "webhook"
         return await self._request(
             f"webhook {path}",
@@ -224,6 +245,7 @@ class N8nClient:
             json=body,
             headers=headers,
             retry_404=True,
+            idempotent=not write,
         )
 
     async def resume(self, resume_url: str, body: Any = None) -> Any:

@@ -10,11 +10,12 @@ from .core import (
     run_preview,
     verify_or_audit,
 )
-from .runner import N8nStepRunner, StepFailedError, StepTransport, run_dag
+from .runner import N8nStepRunner, PreparedStep, StepFailedError, StepTransport, run_dag
 
 __all__ = [
     "N8nStepRunner",
     "N8nTransport",
+    "PreparedStep",
     "PreviewRecorder",
     "PreviewRefusedError",
     "PreviewResult",

@@ -48,10 +48,14 @@ class N8nTransport:
                 await self.client.activate(wid)
             self._ids[name] = wid
 
-    async def call(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Call the step webhook; the node's output item."""
+    async def call(
+        self, path: str, body: Mapping[str, Any], *, write: bool = False
+    ) -> Mapping[str, Any]:
+        """Call the step webhook; the node's output item (``write``: see ``N8nClient``)."""
         self.calls += 1
-        out = await self.client.call_webhook(path, dict(body), headers=self._headers or None)
+        out = await self.client.call_webhook(
+            path, dict(body), headers=self._headers or None, write=write
+        )
         return out if isinstance(out, Mapping) else {"body": out}
 
 

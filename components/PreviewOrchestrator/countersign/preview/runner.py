@@ -16,14 +16,16 @@ from typing import Any, Protocol
 
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
 from countersign.kernel import CountersignError, Plan, PlanStep
+from countersign.n8n import N8nApiError, N8nUnavailableError
 from countersign.registry import Registry
+from countersign.steps import Attempt
 from countersign.workflowbuilder import (
     CredentialRef,
     StepWorkflow,
     build_workflow_for_step,
 )
 
-__all__ = ["N8nStepRunner", "StepFailedError", "StepTransport", "run_dag"]
+__all__ = ["N8nStepRunner", "PreparedStep", "StepFailedError", "StepTransport", "run_dag"]
 
 
 class StepFailedError(CountersignError):
@@ -44,8 +46,11 @@ class StepTransport(Protocol):
     async def deploy(self, workflow: StepWorkflow) -> None:
         """Make the step's webhook callable (create + activate once; idempotent)."""
 
-    async def call(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Call a step webhook; the node's output item."""
+    async def call(
+        self, path: str, body: Mapping[str, Any], *, write: bool = False
+    ) -> Mapping[str, Any]:
+        """Call a step webhook; the node's output item. ``write``: never re-send once the
+        request may have reached the runtime."""
 
 
 RunOne = Callable[[PlanStep, Mapping[int, Any]], Coroutine[Any, Any, Any]]
@@ -101,6 +106,16 @@ async def run_dag(
     return done
 
 
+@dataclass(frozen=True)
+class PreparedStep:
+    """A step ready to send: its webhook path and the JSON body n8n gets."""
+
+    step: PlanStep
+    path: str
+    body: dict[str, Any]
+    args: dict[str, Any]
+
+
 @dataclass
 class N8nStepRunner:
     """Runs single steps of one signed plan on n8n."""
@@ -114,10 +129,11 @@ class N8nStepRunner:
     choices: Mapping[str, Any] = field(default_factory=dict)
     _paths: dict[tuple[str, str], str] = field(default_factory=dict)
 
-    async def run(
+    async def prepare(
         self, step: PlanStep, outputs: Mapping[int, Any], *, idempotency_key: str | None = None
-    ) -> Any:
-        """Run one step; its normalized output (a write's output includes the HTTP status)."""
+    ) -> PreparedStep:
+        """Everything before the send: the step workflow deployed, references resolved, data
+        values rendered. Nothing of the step's own effect has happened yet."""
         path = self._paths.get((step.uses, step.call))
         if path is None:
             wf = build_workflow_for_step(
@@ -133,6 +149,34 @@ class N8nStepRunner:
             "args": args,
             "plan": {"plan_id": self.plan.plan_id, "plan_hash": self.plan_hash, "step": step.step},
         }
-        item = await self.transport.call(path, body)
-        op = self.registry.op(step.uses, step.call)
-        return normalize_output(op.output, item, args)
+        return PreparedStep(step=step, path=path, body=body, args=args)
+
+    async def send(self, prepared: PreparedStep, *, write: bool = False) -> Any:
+        """Call the step's webhook once (a write: never re-sent once it may have reached n8n);
+        the normalized output (a write's output includes the provider's HTTP status)."""
+        item = await self.transport.call(prepared.path, prepared.body, write=write)
+        op = self.registry.op(prepared.step.uses, prepared.step.call)
+        return normalize_output(op.output, item, prepared.args)
+
+    async def send_write(self, prepared: PreparedStep) -> Attempt:
+        """Send a write once and report what happened for the write protocol to classify: a
+        request that provably never reached n8n is ``not_sent``; a timeout, dropped connection or
+        n8n 5xx after it may have run is ``lost``; otherwise the provider's answer."""
+        try:
+            out = await self.send(prepared, write=True)
+        except N8nUnavailableError as e:
+            return Attempt.lost(e.message) if e.sent else Attempt.not_sent(e.message)
+        except N8nApiError as e:
+            if e.status == 404:  # the webhook was never registered: nothing ran
+                return Attempt.not_sent(f"n8n answered 404 for the step webhook: {e.body[:200]}")
+            return Attempt.lost(f"n8n answered {e.status}")
+        except CountersignError as e:  # the answer arrived but could not be read
+            return Attempt.lost(f"unreadable answer: {e.message}")
+        status = out.get("status") if isinstance(out, Mapping) else None
+        return Attempt("answered", status=status if isinstance(status, int) else None, output=out)
+
+    async def run(
+        self, step: PlanStep, outputs: Mapping[int, Any], *, idempotency_key: str | None = None
+    ) -> Any:
+        """Run one read step (prepare, then send); its normalized output."""
+        return await self.send(await self.prepare(step, outputs, idempotency_key=idempotency_key))

@@ -1,0 +1,246 @@
+"""The write protocol: the one way any runtime sends a write (ARCHITECTURE.md §3 inv. 4, at most
+once).
+
+    claim ─► (prepare) ─► mark sent ─► send once ─► classify ─► complete | fail | unknown ─► audit
+
+Both runtimes call it: interactive execution (a write as an n8n step workflow) and durable
+execution (a Temporal activity). What a runtime supplies is the send, reported as an ``Attempt``;
+what the attempt means is decided here, by ``classify``, and nowhere else:
+
+- ``not_sent`` — the request provably never reached the runtime or the provider (connection
+  refused, a webhook that answered 404 because it was not registered yet, a request that could
+  not even be built). Ledger ``failed``: the same key may be claimed and sent again.
+- ``answered`` with a provider status: 2xx → ``completed``; 409/412 on an op whose idempotency is
+  a natural key → ``completed`` (the provider already has it: deduplicated); any other 4xx →
+  ``failed`` (refused, nothing happened); 5xx → ``unknown`` (the provider may have acted).
+- ``refused`` — a non-HTTP provider refused before accepting anything (e.g. SMTP 5xx at RCPT).
+- ``lost`` — anything after the request may have arrived: a read timeout, a dropped connection,
+  a 5xx from the runtime itself, an exception nobody classified. Ledger ``unknown``: nothing more
+  is sent under that key until reconciliation (the provider, the runtime's execution record or a
+  person says what happened).
+
+A runtime never re-sends a write on its own; re-sending is only ever a new claim of a key the
+ledger says is ``failed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from countersign.kernel import CountersignError, content_hash
+from countersign.storage import IdempotencyLedger, OutcomeUnknownError
+
+__all__ = [
+    "Attempt",
+    "Replay",
+    "Ticket",
+    "Verdict",
+    "WriteDone",
+    "WriteFailedError",
+    "WriteProtocol",
+    "classify",
+    "idempotency_key",
+]
+
+Verdict = Literal["completed", "deduplicated", "failed", "unknown"]
+
+
+def idempotency_key(plan_id: str, step: int, args: Mapping[str, Any]) -> str:
+    """``plan_id:step:arg_hash`` — the key every write of a step carries (GLOBAL_SPEC)."""
+    return f"{plan_id}:{step}:{content_hash(dict(args))}"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What happened to the one send of a write, as its runtime saw it."""
+
+    kind: Literal["answered", "refused", "not_sent", "lost"]
+    #: the provider's status when ``answered`` (HTTP; SMTP reply codes go as ``refused``)
+    status: int | None = None
+    #: the provider's (normalized) answer
+    output: Any = None
+    #: what happened, for the ledger and the audit (no secrets, no person content)
+    detail: str = ""
+
+    @classmethod
+    def not_sent(cls, detail: str) -> Attempt:
+        """The request provably never left (safe to send again under the same key)."""
+        return cls("not_sent", detail=detail)
+
+    @classmethod
+    def lost(cls, detail: str) -> Attempt:
+        """The request may have arrived and we do not know what it did."""
+        return cls("lost", detail=detail)
+
+
+def classify(attempt: Attempt, *, natural_key: bool = False) -> Verdict:
+    """What an attempt means for its idempotency key (the module docstring's table)."""
+    if attempt.kind in {"not_sent", "refused"}:
+        return "failed"
+    if attempt.kind == "lost":
+        return "unknown"
+    status = attempt.status
+    if status is None:  # answered without a status: a non-HTTP provider accepted it
+        return "completed"
+    if 200 <= status < 300:
+        return "completed"
+    if status in (409, 412) and natural_key:
+        return "deduplicated"
+    if 400 <= status < 500:
+        return "failed"
+    return "unknown"  # 5xx, 1xx, 3xx or nonsense: the provider may have acted
+
+
+class WriteFailedError(CountersignError):
+    """A write was refused by its provider or never sent; its key is ``failed`` (may be sent
+    again under a new approval)."""
+
+    code = "write_failed"
+
+    def __init__(self, step: int, reason: str, *, sent: bool) -> None:
+        super().__init__(f"step {step} failed: {reason}")
+        self.step = step
+        self.reason = reason
+        self.sent = sent
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A claimed write, ready to send."""
+
+    key: str
+    plan_id: str
+    step: int
+    op: str
+    actor: str
+    natural_key: bool
+    started: float
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The write already completed under this key: its stored result (nothing is sent)."""
+
+    key: str
+    result: Any
+
+
+@dataclass(frozen=True)
+class WriteDone:
+    """A write that completed now (or was deduplicated by the provider's natural key)."""
+
+    key: str
+    verdict: Verdict
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+AuditSink = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class WriteProtocol:
+    """One owner's writes against the idempotency ledger, audited through ``audit``."""
+
+    ledger: IdempotencyLedger
+    audit: AuditSink
+    owner: str
+    clock: Callable[[], float]
+
+    def claim(
+        self,
+        *,
+        plan_id: str,
+        step: int,
+        op: str,
+        args: Mapping[str, Any],
+        actor: str,
+        natural_key: bool = False,
+    ) -> Ticket | Replay:
+        """Claim the step's key. ``Replay`` when it completed before.
+
+        Raises:
+            OutcomeUnknownError: an earlier send's outcome is unknown; reconcile first.
+            InProgressError / IdempotencyMismatchError: from the ledger.
+        """
+        key = idempotency_key(plan_id, step, args)
+        claim = self.ledger.claim(key, content_hash(dict(args)), owner=self.owner)
+        if claim.state == "completed":
+            return Replay(key, claim.result)
+        self.audit(
+            {
+                "kind": "step_started",
+                "status": "running",
+                "actor": actor,
+                "plan_id": plan_id,
+                "step": step,
+                "op": op,
+            }
+        )
+        return Ticket(key, plan_id, step, op, actor, natural_key, self.clock())
+
+    def sending(self, ticket: Ticket) -> None:
+        """The request is about to leave: from here on a lost holder means ``unknown``."""
+        self.ledger.mark_sent(ticket.key, owner=self.owner)
+
+    def abandon(self, ticket: Ticket, reason: str) -> WriteFailedError:
+        """The request could not be built (before ``sending``): ``failed``, nothing left."""
+        return self.settle_failed(ticket, Attempt.not_sent(reason))
+
+    def settle(self, ticket: Ticket, attempt: Attempt) -> WriteDone:
+        """Record what the one send did and return it; raise when it did not complete.
+
+        Raises:
+            WriteFailedError: refused or never sent (key ``failed``).
+            OutcomeUnknownError: may have happened (key ``unknown``; nothing more is sent).
+        """
+        verdict = classify(attempt, natural_key=ticket.natural_key)
+        ms = int((self.clock() - ticket.started) * 1000)
+        if verdict == "failed":
+            raise self.settle_failed(ticket, attempt)
+        if verdict == "unknown":
+            reason = attempt.detail or f"provider answered {attempt.status}"
+            self.ledger.mark_unknown(ticket.key, reason[:300], owner=self.owner)
+            self.audit(
+                self._row(ticket, "step_unknown", "unknown", latency_ms=ms, reason=reason[:500])
+            )
+            raise OutcomeUnknownError(
+                f"plan {ticket.plan_id} step {ticket.step} ({ticket.op}): outcome unknown "
+                f"({reason[:200]}); nothing more is sent under {ticket.key} until it is reconciled"
+            )
+        out = attempt.output
+        result = {
+            "output": out,
+            "status": attempt.status,
+            "deduplicated": verdict == "deduplicated",
+            # the provider's id for the created thing, where it says one (later steps and
+            # reconciliation refer to it)
+            "id": out.get("id") if isinstance(out, Mapping) else None,
+        }
+        self.ledger.complete(ticket.key, result, owner=self.owner)
+        self.audit(self._row(ticket, "step_finished", "ok", latency_ms=ms))
+        return WriteDone(ticket.key, verdict, result)
+
+    def settle_failed(self, ticket: Ticket, attempt: Attempt) -> WriteFailedError:
+        """Mark the key ``failed`` and audit; the error to raise."""
+        if attempt.kind == "answered":
+            reason = f"provider answered {attempt.status}"
+        else:
+            reason = attempt.detail or attempt.kind
+        self.ledger.fail(ticket.key, reason[:300], owner=self.owner)
+        ms = int((self.clock() - ticket.started) * 1000)
+        self.audit(self._row(ticket, "step_failed", "error", latency_ms=ms, reason=reason[:500]))
+        return WriteFailedError(ticket.step, reason, sent=attempt.kind != "not_sent")
+
+    @staticmethod
+    def _row(ticket: Ticket, kind: str, status: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "status": status,
+            "actor": ticket.actor,
+            "plan_id": ticket.plan_id,
+            "step": ticket.step,
+            "op": ticket.op,
+            **{k: v for k, v in extra.items() if v is not None},
+        }

@@ -1,0 +1,130 @@
+"""The write protocol on the real Postgres ledger: every attempt a runtime can report lands in
+exactly the ledger state ``classify`` gives it, and only a ``failed`` key is ever sent again."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from countersign.audit import AuditLog
+from countersign.steps import (
+    Attempt,
+    Replay,
+    Ticket,
+    WriteFailedError,
+    WriteProtocol,
+    classify,
+    idempotency_key,
+)
+from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
+
+_ids = itertools.count(1)
+
+attempts = st.one_of(
+    st.builds(Attempt.not_sent, st.just("connect refused")),
+    st.builds(Attempt.lost, st.sampled_from(["ReadTimeout", "n8n answered 500", "dropped"])),
+    st.builds(lambda: Attempt("refused", detail="SMTP 550")),
+    st.builds(
+        lambda s: Attempt("answered", status=s, output={"id": "x", "status": s}),
+        st.integers(min_value=100, max_value=599),
+    ),
+    st.builds(lambda: Attempt("answered", output={"id": "m1"})),
+)
+
+
+def test_classify_table() -> None:
+    assert classify(Attempt.not_sent("x")) == "failed"
+    assert classify(Attempt.lost("x")) == "unknown"
+    assert classify(Attempt("refused")) == "failed"
+    assert classify(Attempt("answered", status=201)) == "completed"
+    assert classify(Attempt("answered", status=412)) == "failed"
+    assert classify(Attempt("answered", status=412), natural_key=True) == "deduplicated"
+    assert classify(Attempt("answered", status=404)) == "failed"
+    for s in (500, 502, 503, 504, 302, 100):
+        assert classify(Attempt("answered", status=s)) == "unknown"
+
+
+@given(attempts, st.booleans())
+def test_classify_never_calls_a_possible_effect_failed(a: Attempt, natural: bool) -> None:
+    """``failed`` lets the key be sent again, so it may only mean: nothing happened."""
+    verdict = classify(a, natural_key=natural)
+    if verdict == "failed":
+        assert a.kind in {"not_sent", "refused"} or (a.status is not None and 400 <= a.status < 500)
+    if a.kind == "lost" or (a.status is not None and a.status >= 500):
+        assert verdict == "unknown"
+
+
+def _protocol(db: Database, rows: list[dict[str, Any]]) -> WriteProtocol:
+    return WriteProtocol(
+        IdempotencyLedger(db, audit=AuditLog()),
+        rows.append,
+        owner="test-owner",
+        clock=time.perf_counter,
+    )
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(attempt=attempts, natural=st.booleans())
+def test_settle_puts_the_key_where_classify_says(
+    db: Database, attempt: Attempt, natural: bool
+) -> None:
+    rows: list[dict[str, Any]] = []
+    writes = _protocol(db, rows)
+    plan_id = f"01JDQ3Z0000000000000{next(_ids):06d}"
+    args = {"n": 1}
+    ticket = writes.claim(
+        plan_id=plan_id, step=5, op="caldav.create_event", args=args, actor="a", natural_key=natural
+    )
+    assert isinstance(ticket, Ticket)
+    writes.sending(ticket)
+    verdict = classify(attempt, natural_key=natural)
+    if verdict == "failed":
+        with pytest.raises(WriteFailedError) as info:
+            writes.settle(ticket, attempt)
+        assert info.value.sent == (attempt.kind != "not_sent")
+    elif verdict == "unknown":
+        with pytest.raises(OutcomeUnknownError):
+            writes.settle(ticket, attempt)
+    else:
+        done = writes.settle(ticket, attempt)
+        assert done.verdict == verdict
+    state = IdempotencyLedger(db).state(idempotency_key(plan_id, 5, args))
+    assert state is not None
+    assert state["state"] == {"failed": "failed", "unknown": "unknown"}.get(verdict, "completed")
+    assert next(r["kind"] for r in rows) == "step_started"
+    assert rows[-1]["kind"] == {
+        "failed": "step_failed",
+        "unknown": "step_unknown",
+    }.get(verdict, "step_finished")
+    # what a later claim (a retry, a second execute, a double click) gets
+    if verdict == "unknown":
+        with pytest.raises(OutcomeUnknownError):
+            writes.claim(plan_id=plan_id, step=5, op="caldav.create_event", args=args, actor="a")
+    elif verdict == "failed":
+        assert isinstance(
+            writes.claim(plan_id=plan_id, step=5, op="caldav.create_event", args=args, actor="a"),
+            Ticket,
+        )
+    else:
+        again = writes.claim(
+            plan_id=plan_id, step=5, op="caldav.create_event", args=args, actor="a"
+        )
+        assert isinstance(again, Replay) and again.result["output"] == attempt.output
+
+
+def test_a_request_that_cannot_be_built_is_failed_not_unknown(db: Database) -> None:
+    rows: list[dict[str, Any]] = []
+    writes = _protocol(db, rows)
+    plan_id = f"01JDQ3Z0000000000000{next(_ids):06d}"
+    ticket = writes.claim(plan_id=plan_id, step=4, op="smtp.send", args={}, actor="a")
+    assert isinstance(ticket, Ticket)
+    err = writes.abandon(ticket, "connector setting 'smtp_host' is not configured")
+    assert not err.sent
+    assert IdempotencyLedger(db).state(ticket.key)["state"] == "failed"  # type: ignore[index]
