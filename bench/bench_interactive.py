@@ -38,6 +38,14 @@ from countersign.registry import load_registry
 from countersign.signer import KeyRing, sign_plan
 from countersign.storage import Database, embedded_url
 
+
+def _now_utc() -> str:
+    from datetime import UTC as _UTC  # noqa: PLC0415
+    from datetime import datetime as _dt  # noqa: PLC0415
+
+    return _dt.now(_UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 ALICE, BOB = "alice@example.com", "bob@example.com"
 
@@ -183,7 +191,7 @@ async def main_async(n: int) -> None:
                     {
                         "intent": "find_meeting_time",
                         "intent_id": f"01JDQ3Z00000000000000{i:05d}",
-                        "received_at": "2026-11-22T10:00:00Z",
+                        "received_at": _now_utc(),  # a plan is valid for its TTL from here
                         "user_id": f"organizer{i}@example.com",
                         "entities": {
                             "participants": [ALICE, BOB],

@@ -46,6 +46,14 @@ from countersign.registry import load_registry
 from countersign.signer import KeyRing, sign_plan
 from countersign.storage import Database, embedded_url
 
+
+def _now_utc() -> str:
+    from datetime import UTC as _UTC  # noqa: PLC0415
+    from datetime import datetime as _dt  # noqa: PLC0415
+
+    return _dt.now(_UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 SLOTS = {"on": False}
 SEARCHES = {"n": 0}
@@ -104,7 +112,7 @@ async def main_async(idle: int, cache: int) -> None:
             {
                 "intent": "watch_visa_slots",
                 "intent_id": f"01JDQ3Z0000000000000{i:06d}",
-                "received_at": "2026-11-22T12:00:00Z",
+                "received_at": _now_utc(),  # a plan is valid for its TTL from here
                 "user_id": "alice@example.com",
                 "entities": {
                     "consulate": "lisbon",

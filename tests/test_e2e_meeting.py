@@ -38,6 +38,14 @@ from countersign.signer import KeyRing, sign_plan
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 from countersign.workflowbuilder import CredentialRef
 
+
+def _now_utc() -> str:
+    from datetime import UTC as _UTC
+    from datetime import datetime as _dt
+
+    return _dt.now(_UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 ALICE, BOB = "alice@example.com", "bob@example.com"
 _counter = iter(range(1, 10_000))
@@ -49,7 +57,7 @@ def _signed(registry: Registry, keyring: KeyRing, title: str = "Sync") -> dict[s
         {
             "intent": "schedule_meeting",
             "intent_id": f"01JDQ3Z00000000000000{n:05d}",
-            "received_at": "2026-11-22T10:00:00Z",
+            "received_at": _now_utc(),  # a plan is valid for its TTL from here
             "user_id": ALICE,
             "entities": {
                 "participants": [ALICE, BOB],
@@ -628,3 +636,58 @@ def test_mail_whose_n8n_answers_500_is_sent_once(
         assert len(stack.events()) == 1  # the calendar write before them completed
     finally:
         controller.stop()
+
+
+# ---- the ground moving under a signed plan (issue 10, hole 4) -----------------------------------
+
+
+def test_registry_edited_after_signing_is_refused_before_anything_runs(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The caldav connector's URL is pointed elsewhere after the plan was signed: preview and
+    execute refuse it (audited), nothing reaches n8n, nothing is written."""
+    import shutil
+
+    from countersign.kernel import source_registry_dir
+    from countersign.registry import load_registry
+    from countersign.steps import PlanExpiredError, RegistryChangedError
+
+    doc = _signed(stack.registry, stack.keyring)
+    folder = tmp_path / "registry"
+    shutil.copytree(source_registry_dir(), folder)
+    caldav = folder / "connectors" / "caldav.yaml"
+    caldav.write_text(
+        caldav.read_text().replace("{@caldav_base_url}", "http://127.0.0.1:9/{@caldav_base_url}")
+    )
+    edited = load_registry(folder)
+    assert edited.version != stack.registry.version
+
+    async def go() -> None:
+        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
+            transport = N8nTransport(client)
+            moved = Stack(**{**stack.__dict__, "registry": edited})
+            with pytest.raises(RegistryChangedError, match="plan again"):
+                await _preview(moved, doc, transport)
+            preview = await _preview(stack, doc, transport)  # the signed registry: fine
+            calls = transport.calls
+            token = _approve(stack, doc, _first_slot(preview))
+            with pytest.raises(RegistryChangedError):
+                await _executor(moved, transport).execute(
+                    doc, user_id=ALICE, tokens={"gate-A": token}
+                )
+            assert transport.calls == calls
+            later = datetime.now(UTC) + timedelta(days=1)
+            with pytest.raises(PlanExpiredError):
+                await _executor(stack, transport, clock=lambda: later).execute(
+                    doc, user_id=ALICE, tokens={"gate-A": token}
+                )
+            assert transport.calls == calls
+
+    asyncio.run(go())
+    assert stack.events() == [] and stack.mails() == 0
+    with stack.db.tx() as c:
+        reasons = c.execute(
+            text("SELECT reason FROM audit_log WHERE kind = 'plan_refused' AND plan_id = :p"),
+            {"p": doc["plan"]["plan_id"]},
+        ).scalars()
+        assert sorted(reasons) == ["plan_expired", "registry_changed", "registry_changed"]

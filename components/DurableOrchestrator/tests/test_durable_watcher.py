@@ -47,6 +47,14 @@ from countersign.registry import Registry
 from countersign.signer import KeyRing, sign_plan
 from countersign.storage import Database, PlanStore
 
+
+def _now_utc() -> str:
+    from datetime import UTC as _UTC
+    from datetime import datetime as _dt
+
+    return _dt.now(_UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 HISTORIES = Path(__file__).parent / "histories"
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 _ids = iter(range(1, 10_000))
@@ -64,7 +72,7 @@ def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
         {
             "intent": "watch_visa_slots",
             "intent_id": f"01JDQ3Z00000000000000{n:05d}",
-            "received_at": "2026-11-22T12:00:00Z",
+            "received_at": _now_utc(),  # a plan is valid for its TTL from here
             "user_id": "alice@example.com",
             "entities": {
                 "consulate": "lisbon",
@@ -604,7 +612,7 @@ def _signed_plan(registry: Registry, keyring: KeyRing, notify: bool = True) -> d
         {
             "intent": "book_visa_slot",
             "intent_id": f"01JDQ3Z00000000000000{n:05d}",
-            "received_at": "2026-11-22T12:00:00Z",
+            "received_at": _now_utc(),  # a plan is valid for its TTL from here
             "user_id": "alice@example.com",
             "entities": ents,
         }
@@ -1057,3 +1065,49 @@ def test_search_attributes_registered_on_a_bare_server_find_the_run(
         assert asyncio.run(go()) == [f"watch-{doc['plan']['plan_id']}"]
     finally:
         temporal_stop(folder)
+
+
+def test_worker_refuses_a_plan_signed_against_another_registry_or_expired(
+    db: Database, registry: Registry, keyring: KeyRing, tmp_path: Path
+) -> None:
+    """Every activity verifies first: a plan signed before a registry edit, or past its TTL, is
+    refused (non-retryable, audited) before any provider call (issue 10, hole 4)."""
+    from datetime import UTC, datetime
+
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from countersign.kernel import source_registry_dir
+    from countersign.registry import load_registry
+
+    doc = _signed(registry, keyring)
+    folder = tmp_path / "registry"
+    shutil.copytree(source_registry_dir(), folder)
+    visa = folder / "connectors" / "visa.sandbox.yaml"
+    visa.write_text(visa.read_text() + "\n# edited after signing\n")
+    text_before = visa.read_text()
+    visa.write_text(text_before.replace("description:", "description: (moved)", 1))
+    edited = load_registry(folder)
+    assert edited.version != registry.version
+    env = ActivityEnvironment()
+    for acts, code in (
+        (DurableActivities(db, keys=keyring, registry=edited, settings={}), "registry_changed"),
+        (
+            DurableActivities(
+                db,
+                keys=keyring,
+                registry=registry,
+                settings={},
+                clock=lambda: datetime(2100, 1, 1, tzinfo=UTC),
+            ),
+            "plan_expired",
+        ),
+    ):
+        with pytest.raises(ApplicationError) as info:
+            env.run(acts.verify_plan, doc)
+        assert info.value.type == code and info.value.non_retryable
+    with db.tx() as c:
+        rows = c.execute(
+            text("SELECT reason FROM audit_log WHERE kind = 'plan_refused' ORDER BY seq")
+        ).scalars()
+        assert list(rows) == ["registry_changed", "plan_expired"]

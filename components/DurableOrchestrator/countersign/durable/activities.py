@@ -11,6 +11,7 @@ import smtplib
 import socket
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from email.message import EmailMessage
 from typing import Any
 
@@ -26,9 +27,11 @@ from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
 from countersign.steps import (
     Attempt,
+    PlanNotCurrentError,
     Replay,
     WriteFailedError,
     WriteProtocol,
+    check_current,
     compensation_steps,
     idempotency_key,
 )
@@ -60,9 +63,16 @@ class DurableActivities:
     """The activities, bound to one database, key ring, registry and deployment settings."""
 
     def __init__(
-        self, db: Database, *, keys: KeyLookup, registry: Registry, settings: Mapping[str, str]
+        self,
+        db: Database,
+        *,
+        keys: KeyLookup,
+        registry: Registry,
+        settings: Mapping[str, str],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.db = db
+        self.clock = clock
         self.keys = keys
         self.registry = registry
         self.settings = dict(settings)
@@ -72,20 +82,25 @@ class DurableActivities:
         self.plans = PlanStore(db)
 
     def _verified(self, signed: Mapping[str, Any]) -> VerifiedPlan:
+        """The signed plan, verified, signed against the registry this worker holds and within
+        its TTL (``countersign.steps.check_current``); else audited and non-retryable."""
         try:
-            return verify_signed_plan(signed, keys=self.keys)
+            verified = verify_signed_plan(signed, keys=self.keys)
+            check_current(verified.plan, registry_version=self.registry.version, now=self.clock())
         except CountersignError as e:
+            kind = "plan_refused" if isinstance(e, PlanNotCurrentError) else "signature_refused"
             with self.db.tx() as c:
                 self.audit.append(
                     c,
                     {
-                        "kind": "signature_refused",
+                        "kind": kind,
                         "status": "refused",
                         "actor": "durable",
                         "reason": e.code,
                     },
                 )
-            raise _app_error(e) from e
+            raise ApplicationError(e.message, type=e.code, non_retryable=True) from e
+        return verified
 
     def _attempt_ledger(self) -> IdempotencyLedger:
         """The ledger with a lease as long as this activity attempt may run: when Temporal gives

@@ -112,13 +112,22 @@ class Executor:
 
         Raises:
             SignatureError: refused and audited; nothing ran.
+            PlanNotCurrentError: registry changed since signing, or the plan expired; refused
+                and audited; nothing ran.
             ExecuteRefusedError: another user's plan, a missing token, no preview, durable writes.
             ApprovalError (subclasses): a token that does not prove the gate; nothing ran.
             StaleWorldError: what the writes depend on changed since the preview; nothing written.
             StepFailedError / OutcomeUnknownError: a write failed (compensated) or its outcome is
                 unknown (waiting for reconciliation).
         """
-        verified = verify_or_audit(document, keys=self.keys, recorder=self.recorder, actor=user_id)
+        verified = verify_or_audit(
+            document,
+            keys=self.keys,
+            recorder=self.recorder,
+            actor=user_id,
+            registry=self.registry,
+            now=self.clock(),
+        )
         plan = verified.plan
         if plan.intent.user_id != user_id:
             self._audit(

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from countersign.audit import AuditLog
-from countersign.kernel import SignatureError
+from countersign.kernel import CountersignError, SignatureError
 from countersign.n8n import N8nClient
 from countersign.signer import VerifiedPlan
 from countersign.storage import Database, PlanStore
@@ -76,13 +76,15 @@ class StoreRecorder:
         self.plans = PlanStore(db, clock=self._clock)
         self.audit = AuditLog(clock=self._clock)
 
-    def signature_refused(self, document: Any, error: SignatureError, *, actor: str) -> None:
-        """Audit a refused signature (the plan id only if the document names a plausible one)."""
+    def signature_refused(self, document: Any, error: CountersignError, *, actor: str) -> None:
+        """Audit a refused signature, or a signed plan that may not run any more (registry
+        changed, expired): the plan id only if the document names a plausible one."""
+        kind = "signature_refused" if isinstance(error, SignatureError) else "plan_refused"
         with self.db.tx() as c:
             self.audit.append(
                 c,
                 {
-                    "kind": "signature_refused",
+                    "kind": kind,
                     "status": "refused",
                     "actor": actor[:128],
                     "plan_id": _plan_id_of(document),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from countersign.kernel import (
@@ -22,6 +23,7 @@ from countersign.kernel import (
 )
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
+from countersign.steps import PlanNotCurrentError, check_current
 from countersign.workflowbuilder import CredentialRef, build_step_workflow, read_only_violations
 
 from .runner import N8nStepRunner, StepTransport, run_dag
@@ -46,8 +48,9 @@ class PreviewRefusedError(CountersignError):
 class PreviewRecorder(Protocol):
     """Where previews leave their trace (storage + audit)."""
 
-    def signature_refused(self, document: Any, error: SignatureError, *, actor: str) -> None:
-        """Audit a refused signature (derived facts only)."""
+    def signature_refused(self, document: Any, error: CountersignError, *, actor: str) -> None:
+        """Audit a refused signature or a signed plan that may not run any more (derived facts
+        only)."""
 
     def preview_done(
         self,
@@ -73,14 +76,29 @@ class PreviewResult:
 
 
 def verify_or_audit(
-    document: Any, *, keys: KeyLookup, recorder: PreviewRecorder, actor: str
+    document: Any,
+    *,
+    keys: KeyLookup,
+    recorder: PreviewRecorder,
+    actor: str,
+    registry: Registry | None = None,
+    now: datetime | None = None,
 ) -> VerifiedPlan:
-    """Verify a signed plan; on failure audit the refusal and re-raise."""
+    """Verify a signed plan, then that it may still run (``registry`` is the one it was signed
+    against, ``now`` within its TTL: ``countersign.steps.check_current``); on failure audit the
+    refusal and re-raise."""
     try:
-        return verify_signed_plan(document, keys=keys)
-    except SignatureError as e:
+        verified = verify_signed_plan(document, keys=keys)
+        if registry is not None:
+            check_current(
+                verified.plan,
+                registry_version=registry.version,
+                now=now or datetime.now(UTC),
+            )
+    except (SignatureError, PlanNotCurrentError) as e:
         recorder.signature_refused(document, e, actor=actor)
         raise
+    return verified
 
 
 def preview_steps(plan: Plan, registry: Registry) -> list[int]:
@@ -109,6 +127,7 @@ async def run_preview(
     credentials: Mapping[str, CredentialRef] | None = None,
     actor: str,
     only: set[int] | None = None,
+    now: datetime | None = None,
 ) -> PreviewResult:
     """Preview a signed plan.
 
@@ -119,10 +138,14 @@ async def run_preview(
 
     Raises:
         SignatureError: refused and audited; nothing ran.
+        PlanNotCurrentError: the registry changed since signing, or the plan expired (``now``,
+            default the wall clock); refused and audited; nothing ran.
         PreviewRefusedError: a workflow it would run is not read-only; nothing ran.
         StepFailedError: a read failed (the outputs so far are on the error).
     """
-    verified = verify_or_audit(document, keys=keys, recorder=recorder, actor=actor)
+    verified = verify_or_audit(
+        document, keys=keys, recorder=recorder, actor=actor, registry=registry, now=now
+    )
     plan = verified.plan
     steps = preview_steps(plan, registry)
     if only is not None:

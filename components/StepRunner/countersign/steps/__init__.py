@@ -2,6 +2,7 @@
 most once (the write protocol and its ``classify``), and how writes are undone."""
 
 from .compensation import compensation_steps
+from .validity import PlanExpiredError, PlanNotCurrentError, RegistryChangedError, check_current
 from .writes import (
     Attempt,
     Replay,
@@ -16,12 +17,16 @@ from .writes import (
 
 __all__ = [
     "Attempt",
+    "PlanExpiredError",
+    "PlanNotCurrentError",
+    "RegistryChangedError",
     "Replay",
     "Ticket",
     "Verdict",
     "WriteDone",
     "WriteFailedError",
     "WriteProtocol",
+    "check_current",
     "classify",
     "compensation_steps",
     "idempotency_key",
