@@ -2,13 +2,20 @@
 
 from .core import BoundNode, DataBinding, resolve_step, set_path
 from .refs import referenced_steps, resolve_refs
-from .render import ics_busy, ics_event, normalize_output, render_data
+from .render import (
+    ics_busy,
+    ics_event,
+    idempotency_header_path,
+    normalize_output,
+    render_data,
+)
 
 __all__ = [
     "BoundNode",
     "DataBinding",
     "ics_busy",
     "ics_event",
+    "idempotency_header_path",
     "normalize_output",
     "referenced_steps",
     "render_data",

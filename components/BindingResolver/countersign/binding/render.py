@@ -72,6 +72,15 @@ def render_data(
     return out
 
 
+def idempotency_header_path(node: BoundNode) -> str | None:
+    """Where the idempotency key goes among the node's parameters when the op sends it as a
+    header (the builder references it there, ``render_data`` fills it); None otherwise."""
+    idem = node.idempotency
+    if idem is None or idem.via != "header":
+        return None
+    return _header_value_path(node, idem.field or "")
+
+
 def _header_value_path(node: BoundNode, name: str) -> str:
     params = node.parameters.get("headerParameters", {})
     entries = params.get("parameters", []) if isinstance(params, dict) else []

@@ -37,7 +37,7 @@ from countersign.steps import (
 )
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError, PlanStore
 
-from .http import HttpCall, http_call
+from .http import HttpCall, http_call, send
 from .models import CompensateCall, FinishCall, ReconcileCall, RedeemCall, StepCall
 
 __all__ = ["PLAN_STATUS", "DurableActivities"]
@@ -136,9 +136,7 @@ class DurableActivities:
             }
             node = resolve_step(step.model_copy(update={"args": args}), self.registry)
             req = http_call(node, render_data(node, args, self.settings))
-            r = httpx.request(
-                req.method, req.url, params=req.params, headers=req.headers, timeout=30
-            )
+            r = send(req)
         except CountersignError as e:
             raise _app_error(e) from e
         except httpx.HTTPError as e:
@@ -431,14 +429,7 @@ class DurableActivities:
     @staticmethod
     def _send_http(req: HttpCall, output: Any, args: Mapping[str, Any]) -> Attempt:
         try:
-            r = httpx.request(
-                req.method,
-                req.url,
-                params=req.params,
-                headers=req.headers,
-                content=req.content,
-                timeout=30,
-            )
+            r = send(req)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
             return Attempt.not_sent(f"{type(e).__name__}")
         except Exception as e:  # read timeout, dropped connection, …: may have arrived

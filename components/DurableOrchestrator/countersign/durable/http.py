@@ -7,14 +7,18 @@ with values rendered by ``countersign.binding.render_data`` — the same bytes n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
+
+import httpx
 
 from countersign.binding import BoundNode
 from countersign.kernel import BindingError
 
-__all__ = ["HttpCall", "http_call"]
+__all__ = ["HttpCall", "http_call", "send"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,16 @@ def _pairs(node: BoundNode, data: Mapping[str, Any], group: str) -> dict[str, st
     return out
 
 
+def _as_n8n_json(text: str) -> str:
+    """The body n8n's HTTP Request node sends for a JSON body: it parses the text and sends
+    ``JSON.stringify`` of it (compact, non-ASCII as is, key order kept)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text  # n8n sends text it cannot parse as it is
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def http_call(node: BoundNode, data: Mapping[str, Any]) -> HttpCall:
     """The request for a bound HTTP Request node and its rendered data values."""
     if node.node_type != "n8n-nodes-base.httpRequest":
@@ -80,7 +94,7 @@ def http_call(node: BoundNode, data: Mapping[str, Any]) -> HttpCall:
     content: str | None = None
     if _value(node, data, "sendBody"):
         if _value(node, data, "specifyBody") == "json":
-            content = str(_value(node, data, "jsonBody") or "{}")
+            content = _as_n8n_json(str(_value(node, data, "jsonBody") or "{}"))
             headers.setdefault("Content-Type", "application/json")
         else:
             content = str(_value(node, data, "body") or "")
@@ -88,3 +102,21 @@ def http_call(node: BoundNode, data: Mapping[str, Any]) -> HttpCall:
             if ctype:
                 headers.setdefault("Content-Type", str(ctype))
     return HttpCall(method=method, url=url, params=params, headers=headers, content=content)
+
+
+def _component(text: str) -> str:
+    """How n8n's HTTP Request node encodes a query name or value (``qs``, RFC 3986): everything
+    but ``A-Za-z0-9-._~`` percent-encoded, a space as %20."""
+    return quote(text, safe="")
+
+
+def send(req: HttpCall, *, timeout: float = 30.0) -> httpx.Response:
+    """Send ``req`` once, with the bytes n8n's HTTP Request node would send (tests/
+    test_e2e_http_parity.py): query parameters appended to the URL's own query, encoded as
+    n8n does (RFC 3986: a space is %20, not +); httpx's ``params`` would replace the
+    URL's query and encode differently."""
+    url = req.url
+    if req.params:
+        query = "&".join(f"{_component(k)}={_component(v)}" for k, v in req.params.items())
+        url = f"{url}{'&' if '?' in url else '?'}{query}"
+    return httpx.request(req.method, url, headers=req.headers, content=req.content, timeout=timeout)

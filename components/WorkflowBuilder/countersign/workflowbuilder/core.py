@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from countersign.binding import BoundNode, resolve_step, set_path
+from countersign.binding import BoundNode, idempotency_header_path, resolve_step, set_path
 from countersign.kernel import BindingError, Plan, PlanStep
 from countersign.registry import Registry
 
@@ -97,6 +97,9 @@ def _node_parameters(bound: BoundNode, root: str) -> dict[str, Any]:
     _refuse_expressions(params, bound)
     for path in sorted(bound.data):
         set_path(params, path, _data_expr(root, path))
+    key_path = idempotency_header_path(bound)
+    if key_path is not None:  # the key travels as data like any other value
+        set_path(params, key_path, _data_expr(root, key_path))
     if bound.node_type == HTTP_REQUEST:
         # The orchestrator reads status codes itself (e.g. 412 from If-None-Match on a replay).
         set_path(params, "options.response.response.fullResponse", True)
@@ -227,9 +230,14 @@ def build_workflow_for_step(
     cred = _credentials(bound, creds)
     if cred is not None:
         node["credentials"] = cred
-    key = hashlib.sha256(json.dumps(node, sort_keys=True).encode()).hexdigest()[:16]
-    path = f"cs-op-{key}"
     node_name = f"{s.uses}.{s.call}"
+    # the op's name is part of the content: two ops whose nodes happen to be identical (a DELETE
+    # of a templated URL, say) would otherwise share a webhook path under two workflow names, and
+    # n8n refuses to activate the second (409 "conflict with one of the webhooks")
+    key = hashlib.sha256(
+        json.dumps({"op": node_name, **node}, sort_keys=True).encode()
+    ).hexdigest()[:16]
+    path = f"cs-op-{key}"
     node = {"id": _uid(key, "node"), "name": node_name, "position": [300, 0], **node}
     workflow = {
         "name": f"countersign op {s.uses}.{s.call} [{key}]",
