@@ -2,10 +2,12 @@
 
 from .adapters import N8nTransport, StoreRecorder
 from .core import (
+    READ_ROLES,
     PreviewRecorder,
     PreviewRefusedError,
     PreviewResult,
     fingerprint,
+    plan_preview,
     preview_steps,
     run_preview,
     verify_or_audit,
@@ -13,6 +15,7 @@ from .core import (
 from .runner import N8nStepRunner, PreparedStep, StepFailedError, StepTransport, run_dag
 
 __all__ = [
+    "READ_ROLES",
     "N8nStepRunner",
     "N8nTransport",
     "PreparedStep",
@@ -23,6 +26,7 @@ __all__ = [
     "StepTransport",
     "StoreRecorder",
     "fingerprint",
+    "plan_preview",
     "preview_steps",
     "run_dag",
     "run_preview",

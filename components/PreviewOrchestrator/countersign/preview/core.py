@@ -1,9 +1,13 @@
 """PreviewOrchestrator: verify, keep only read-only previewable steps, run them, fingerprint.
 
-Invariant §3.2 (preview never writes): a step runs in a preview only if (1) the registry marks
-its op ``previewable`` and ``read`` and it is not a gate, and (2) the generated n8n workflow passes
-``read_only_violations`` (node types and HTTP methods checked on the JSON itself). A bad signature
-is refused and audited before anything reaches n8n.
+Invariant §3.2 (preview never writes): a step runs in a preview only if (1) the plan gives it a
+read role, (2) the registry marks its op ``previewable`` and ``read`` and it is not a gate, and
+(3) the generated n8n workflow passes ``read_only_violations`` (node type and typeVersion, the
+method parameter that version reads, bodies, options, expressions — checked on the JSON itself).
+``plan_preview`` decides all of this for the whole set of preview steps BEFORE anything runs: one
+bad step refuses the preview, naming every offending step, with zero calls to n8n. A read-role
+step bound to a write op is refused, not skipped. The runner checks each workflow again before it
+deploys it. A bad signature is refused and audited before anything reaches n8n.
 """
 
 from __future__ import annotations
@@ -19,30 +23,36 @@ from countersign.kernel import (
     Plan,
     PreviewWrapper,
     SignatureError,
+    StepRole,
     content_hash,
 )
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
 from countersign.steps import PlanNotCurrentError, check_current
-from countersign.workflowbuilder import CredentialRef, build_step_workflow, read_only_violations
+from countersign.workflowbuilder import (
+    CredentialRef,
+    StepWorkflow,
+    build_step_workflow,
+    read_only_violations,
+)
 
-from .runner import N8nStepRunner, StepTransport, run_dag
+from .runner import N8nStepRunner, PreviewRefusedError, StepTransport, run_dag
 
 __all__ = [
+    "READ_ROLES",
     "PreviewRecorder",
     "PreviewRefusedError",
     "PreviewResult",
     "fingerprint",
+    "plan_preview",
     "preview_steps",
     "run_preview",
     "verify_or_audit",
 ]
 
 
-class PreviewRefusedError(CountersignError):
-    """A preview would run something that is not read-only."""
-
-    code = "preview_refused"
+#: Plan roles that only read (Resolver is a gate; Booker and Notifier write).
+READ_ROLES: frozenset[StepRole] = frozenset({"Fetcher", "Analyzer", "Watcher"})
 
 
 class PreviewRecorder(Protocol):
@@ -102,13 +112,70 @@ def verify_or_audit(
 
 
 def preview_steps(plan: Plan, registry: Registry) -> list[int]:
-    """The steps a preview may run: previewable read ops, no gates."""
+    """The steps a preview may run: read-role steps on previewable read ops, no gates."""
     out = []
     for s in plan.graph:
         op = registry.op(s.uses, s.call, step=s.step)
-        if op.previewable and op.safety == "read" and not op.gate and s.gate_id is None:
+        if (
+            s.role in READ_ROLES
+            and op.previewable
+            and op.safety == "read"
+            and not op.gate
+            and s.gate_id is None
+        ):
             out.append(s.step)
     return out
+
+
+def plan_preview(
+    plan: Plan,
+    plan_hash: str,
+    registry: Registry,
+    *,
+    only: set[int] | None = None,
+    credentials: Mapping[str, CredentialRef] | None = None,
+) -> dict[int, StepWorkflow]:
+    """Decide the whole preview before anything runs: which steps run, each one's workflow,
+    and that every one of them only reads. Pure.
+
+    Args:
+        only: restrict to these steps and what they depend on.
+
+    Returns:
+        step → the workflow it runs, for every step the preview will run.
+
+    Raises:
+        PreviewRefusedError: some step would write — a read-role step bound to a write op, or a
+            workflow with a ``read_only_violations`` entry; ``problems`` names every such step.
+        BindingError: a step does not bind.
+    """
+    chosen = _closure(plan, only) if only is not None else {s.step for s in plan.graph}
+    problems: list[str] = []
+    for s in plan.graph:
+        if s.step not in chosen or s.gate_id is not None or s.role not in READ_ROLES:
+            continue
+        op = registry.op(s.uses, s.call, step=s.step)
+        if op.safety != "read" and not op.gate:
+            problems.append(
+                f"step {s.step} ({s.uses}.{s.call}): the plan gives it the read role {s.role}, "
+                f"but the registry binds it to a {op.safety} operation"
+            )
+    workflows: dict[int, StepWorkflow] = {}
+    for n in preview_steps(plan, registry):
+        if n not in chosen:
+            continue
+        s = plan.step(n)
+        wf = build_step_workflow(plan, plan_hash, n, registry, credentials=credentials)
+        found = read_only_violations(wf.workflow)
+        problems += [f"step {n} ({s.uses}.{s.call}): {p}" for p in found]
+        workflows[n] = wf
+    if problems:
+        raise PreviewRefusedError(
+            f"preview of plan {plan.plan_id} refused before anything ran; expected only reads, "
+            f"found: {'; '.join(problems)}",
+            problems=problems,
+        )
+    return workflows
 
 
 def fingerprint(output: Any) -> str:
@@ -140,32 +207,29 @@ async def run_preview(
         SignatureError: refused and audited; nothing ran.
         PlanNotCurrentError: the registry changed since signing, or the plan expired (``now``,
             default the wall clock); refused and audited; nothing ran.
-        PreviewRefusedError: a workflow it would run is not read-only; nothing ran.
+        PreviewRefusedError: a step it would run is not read-only (``plan_preview``); audited;
+            nothing ran.
         StepFailedError: a read failed (the outputs so far are on the error).
     """
     verified = verify_or_audit(
         document, keys=keys, recorder=recorder, actor=actor, registry=registry, now=now
     )
     plan = verified.plan
-    steps = preview_steps(plan, registry)
-    if only is not None:
-        steps = [n for n in steps if n in _closure(plan, only)]
     creds = credentials or {}
-    for n in steps:
-        wf = build_step_workflow(plan, verified.plan_hash, n, registry, credentials=creds)
-        problems = read_only_violations(wf.workflow)
-        if problems:
-            recorder.preview_done(
-                verified,
-                {},
-                actor=actor,
-                latency_ms=0,
-                status="refused",
-                reason="; ".join(problems),
-            )
-            raise PreviewRefusedError(
-                f"preview of plan {plan.plan_id} refused: {'; '.join(problems)}"
-            )
+    try:
+        steps = sorted(
+            plan_preview(plan, verified.plan_hash, registry, only=only, credentials=creds)
+        )
+    except PreviewRefusedError as e:
+        recorder.preview_done(
+            verified,
+            {},
+            actor=actor,
+            latency_ms=0,
+            status="refused",
+            reason="; ".join(e.problems),
+        )
+        raise
     runner = N8nStepRunner(
         plan=plan,
         plan_hash=verified.plan_hash,
@@ -173,6 +237,7 @@ async def run_preview(
         transport=transport,
         settings=settings,
         credentials=creds,
+        read_only=True,
     )
     t0 = time.perf_counter()
     try:

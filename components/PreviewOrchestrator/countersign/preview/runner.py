@@ -23,9 +23,29 @@ from countersign.workflowbuilder import (
     CredentialRef,
     StepWorkflow,
     build_workflow_for_step,
+    read_only_violations,
 )
 
-__all__ = ["N8nStepRunner", "PreparedStep", "StepFailedError", "StepTransport", "run_dag"]
+__all__ = [
+    "N8nStepRunner",
+    "PreparedStep",
+    "PreviewRefusedError",
+    "StepFailedError",
+    "StepTransport",
+    "run_dag",
+]
+
+
+class PreviewRefusedError(CountersignError):
+    """A preview would run something that is not read-only (nothing was sent).
+
+    ``problems`` lists every reason, each naming its step."""
+
+    code = "preview_refused"
+
+    def __init__(self, message: str, *, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems: list[str] = list(problems)
 
 
 class StepFailedError(CountersignError):
@@ -127,6 +147,9 @@ class N8nStepRunner:
     settings: Mapping[str, str]
     credentials: Mapping[str, CredentialRef] = field(default_factory=dict)
     choices: Mapping[str, Any] = field(default_factory=dict)
+    #: A preview's runner: every workflow is checked with ``read_only_violations`` before it is
+    #: deployed, so no path through this runner can put a writing node on n8n during a preview.
+    read_only: bool = False
     _paths: dict[tuple[str, str], str] = field(default_factory=dict)
 
     async def prepare(
@@ -139,6 +162,17 @@ class N8nStepRunner:
             wf = build_workflow_for_step(
                 self.plan, self.plan_hash, step, self.registry, credentials=self.credentials
             )
+            if self.read_only:
+                problems = [
+                    f"step {step.step} ({step.uses}.{step.call}): {p}"
+                    for p in read_only_violations(wf.workflow)
+                ]
+                if problems:
+                    raise PreviewRefusedError(
+                        f"preview of plan {self.plan.plan_id} refused before deploying step "
+                        f"{step.step}: {'; '.join(problems)}",
+                        problems=problems,
+                    )
             await self.transport.deploy(wf)
             path = self._paths[(step.uses, step.call)] = wf.path
         args = resolve_refs(step.args, outputs, self.choices)
@@ -163,16 +197,23 @@ class N8nStepRunner:
         request that provably never reached n8n is ``not_sent``; a timeout, dropped connection or
         n8n 5xx after it may have run is ``lost``; otherwise the provider's answer."""
         try:
-            out = await self.send(prepared, write=True)
+            item = await self.transport.call(prepared.path, prepared.body, write=True)
         except N8nUnavailableError as e:
             return Attempt.lost(e.message) if e.sent else Attempt.not_sent(e.message)
         except N8nApiError as e:
             if e.status == 404:  # the webhook was never registered: nothing ran
                 return Attempt.not_sent(f"n8n answered 404 for the step webhook: {e.body[:200]}")
             return Attempt.lost(f"n8n answered {e.status}")
+        try:
+            op = self.registry.op(prepared.step.uses, prepared.step.call)
+            out = normalize_output(op.output, item, prepared.args)
         except CountersignError as e:  # the answer arrived but could not be read
             return Attempt.lost(f"unreadable answer: {e.message}")
-        status = out.get("status") if isinstance(out, Mapping) else None
+        # the provider's HTTP status from the node's full response (a JSON output is the body
+        # alone, so a 409 would otherwise read as a success); other nodes have none
+        status = item.get("statusCode") if isinstance(item, Mapping) else None
+        if not isinstance(status, int) and isinstance(out, Mapping):
+            status = out.get("status")
         return Attempt("answered", status=status if isinstance(status, int) else None, output=out)
 
     async def run(

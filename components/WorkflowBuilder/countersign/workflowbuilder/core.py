@@ -31,6 +31,8 @@ from countersign.binding import BoundNode, idempotency_header_path, resolve_step
 from countersign.kernel import BindingError, Plan, PlanStep
 from countersign.registry import Registry
 
+from .readonly import CODE, HTTP_REQUEST, MERGE, READ_METHODS, WAIT, WEBHOOK, read_only_violations
+
 __all__ = [
     "HTTP_REQUEST",
     "READ_METHODS",
@@ -43,18 +45,6 @@ __all__ = [
     "webhook_path",
 ]
 
-HTTP_REQUEST: Final = "n8n-nodes-base.httpRequest"
-WEBHOOK: Final = "n8n-nodes-base.webhook"
-MERGE: Final = "n8n-nodes-base.merge"
-WAIT: Final = "n8n-nodes-base.wait"
-CODE: Final = "n8n-nodes-base.code"
-READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
-#: Node types and operations that only read (checked, with the registry flag, before a preview).
-_READ_OPERATIONS: Final[Mapping[str, frozenset[str]]] = {
-    "n8n-nodes-base.googleCalendar": frozenset({"availability", "get", "getAll"}),
-    "n8n-nodes-base.gmail": frozenset({"get", "getAll"}),
-    "n8n-nodes-base.slack": frozenset({"get", "getAll", "history"}),
-}
 _NS: Final = uuid.UUID("5b0b3c0e-6f7e-4a53-9c61-636f756e7465")  # "counte…": a fixed namespace
 TRIGGER: Final = "Trigger"
 
@@ -333,36 +323,3 @@ def build_plan_workflow(
         "settings": _settings(),
     }
 
-
-def read_only_violations(workflow: Mapping[str, Any]) -> list[str]:
-    """Why a workflow could change something (empty when every node only reads).
-
-    Checked on the generated JSON itself, independently of the registry flag: webhook triggers,
-    Merge and Code nodes (registry-authored computation) pass; an HTTP Request passes only with a
-    constant method in GET/HEAD/OPTIONS and no body; known connector nodes pass only for their
-    read operations; anything else — Wait nodes included — is a violation.
-    """
-    problems: list[str] = []
-    for node in workflow.get("nodes", []):
-        t, name = node.get("type"), node.get("name")
-        p = node.get("parameters", {})
-        if t in {WEBHOOK, MERGE, CODE}:
-            continue
-        if t == HTTP_REQUEST:
-            method = p.get("method", "GET")
-            if (
-                not isinstance(method, str)
-                or method.startswith("=")
-                or method.upper() not in READ_METHODS
-            ):
-                problems.append(f"{name}: HTTP method {method!r} is not a constant read method")
-            if p.get("sendBody"):
-                problems.append(f"{name}: sends a body")
-            continue
-        ops = _READ_OPERATIONS.get(str(t))
-        if ops is not None and p.get("operation") in ops:
-            continue
-        problems.append(
-            f"{name}: node {t} operation {p.get('operation')!r} is not known to be read-only"
-        )
-    return problems
