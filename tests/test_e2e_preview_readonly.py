@@ -1,0 +1,230 @@
+"""Preview never writes, counted at the wire (issue 10, hole 1; invariant §3.2) on real n8n.
+
+Every read step of the plans below targets one recording HTTP server (CalDAV, shop and visa base
+URLs all point at it); it records method, path and body of every request. Honest plans preview
+through real n8n and the server sees only GETs. Then each read binding is hand-edited to write in
+a temporary copy of the registry (``countersign.preview.testing.WRITE_EDITS``: the method in the
+parameter an older HTTP Request version reads, a lower-case POST, a body on a GET, an unknown
+typeVersion, a method-override header, WebDAV, pagination, a mail node, the op re-labelled as a
+write); plans are made and signed against that copy, so only the read-only rule can stop them.
+Every such preview is refused before anything runs, naming the step, and the server sees nothing.
+A control shows the first edit really writes on this n8n when the check is bypassed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from countersign.kernel import Plan, Policy, source_registry_dir
+from countersign.n8n import N8nClient, N8nHandle
+from countersign.planner import make_plan
+from countersign.planner.testing import make_intent
+from countersign.preview import (
+    N8nStepRunner,
+    N8nTransport,
+    PreviewRefusedError,
+    StoreRecorder,
+    run_preview,
+)
+from countersign.preview.testing import WRITE_EDITS, edited_registry
+from countersign.registry import Registry, load_registry
+from countersign.signer import KeyRing, plan_hash, sign_plan
+from countersign.storage import Database
+
+LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+INTENTS = ["find_meeting_time", "schedule_meeting", "purchase_item", "watch_visa_slots"]
+#: purchase_item's rank_offers step fails on n8n independently of this test (its Code calls
+#: ``inputs.flatMap`` but the planner hands it one object), so its honest preview runs the search.
+ONLY: dict[str, set[int]] = {"purchase_item": {1}}
+#: (intent, the read op whose binding is edited)
+TARGETS = [
+    ("purchase_item", "shop.sandbox", "search"),
+    ("find_meeting_time", "caldav", "list_free_busy"),
+    ("watch_visa_slots", "visa.sandbox", "find_slots"),
+]
+EMPTY_ICS = b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//rec//EN\r\nEND:VCALENDAR\r\n"
+_ids = iter(range(1, 100_000))
+
+
+class RecordingServer:
+    """Answers every method; records (method, path, body) of each request it receives."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, bytes]] = []
+        rec = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                rec.seen.append((self.command, self.path, body))
+                if "/calendar/" in self.path:
+                    out, kind = EMPTY_ICS, "text/calendar"
+                elif self.path.startswith("/search"):
+                    out = b'{"offers": [{"item": "cable", "price": "9.90"}]}'
+                    kind = "application/json"
+                else:
+                    out, kind = b'{"slots": []}', "application/json"
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(out)
+
+            do_GET = do_HEAD = do_OPTIONS = do_POST = do_PUT = do_PATCH = do_DELETE = _any  # noqa: N815
+            do_MKCOL = do_MOVE = do_COPY = do_PROPFIND = _any  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def writes(self) -> list[tuple[str, str, bytes]]:
+        return [r for r in self.seen if r[0] != "GET"]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RecordingServer]:
+    s = RecordingServer()
+    yield s
+    s.server.shutdown()
+    s.server.server_close()
+
+
+def _signed(registry: Registry, keyring: KeyRing, intent: str) -> dict[str, Any]:
+    now = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    i = make_intent(intent, intent_id=f"01JDQ3Z00000000000000{next(_ids):05d}", received_at=now)
+    plan = make_plan(i, [], registry, LOCAL)
+    assert isinstance(plan, Plan)
+    pid, key = keyring.active()
+    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
+    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+
+
+async def _preview(
+    n8n: N8nHandle,
+    db: Database,
+    keyring: KeyRing,
+    registry: Registry,
+    settings: dict[str, str],
+    doc: dict[str, Any],
+    *,
+    only: set[int] | None = None,
+) -> Any:
+    async with N8nClient(n8n.base_url, n8n.api_key) as client:
+        return await run_preview(
+            doc,
+            only=only,
+            keys=keyring,
+            registry=registry,
+            transport=N8nTransport(client),
+            recorder=StoreRecorder(db),
+            settings=settings,
+            actor="u-alice",
+        )
+
+
+def _settings(server: RecordingServer) -> dict[str, str]:
+    return {
+        "caldav_base_url": server.url,
+        "shop_base_url": server.url,
+        "visa_base_url": server.url,
+        "smtp_from": "countersign@example.com",
+    }
+
+
+def test_honest_previews_send_only_gets(
+    n8n: N8nHandle, db: Database, keyring: KeyRing, server: RecordingServer
+) -> None:
+    registry = load_registry(source_registry_dir())
+    server.seen.clear()
+    for intent in INTENTS:
+        doc = _signed(registry, keyring, intent)
+        before = len(server.seen)
+        try:
+            result = asyncio.run(_preview(n8n, db, keyring, registry, _settings(server), doc))
+        except Exception as e:  # DEBUG
+            c = e.__context__.__context__ if e.__context__ else None
+            print(
+                "DEBUG", intent, repr(c), getattr(c, "body", None), getattr(c, "__context__", None)
+            )
+            raise
+        assert result.wrapper.can_execute, (intent, result.wrapper.normalized)
+        assert len(server.seen) > before, f"{intent}: its reads never reached the server"
+    assert server.seen and server.writes() == []
+    assert all(body == b"" for _, _, body in server.seen)
+
+
+@pytest.mark.parametrize("edit", sorted(WRITE_EDITS))
+def test_hand_edited_write_bindings_are_refused_with_zero_requests(
+    n8n: N8nHandle,
+    db: Database,
+    keyring: KeyRing,
+    server: RecordingServer,
+    tmp_path: Path,
+    edit: str,
+) -> None:
+    for n, (intent, uses, call) in enumerate(TARGETS):
+        registry = edited_registry(
+            source_registry_dir(), tmp_path / f"registry-{n}", uses, call, WRITE_EDITS[edit]
+        )
+        doc = _signed(registry, keyring, intent)
+        step = next(
+            s["step"] for s in doc["plan"]["graph"] if (s["uses"], s["call"]) == (uses, call)
+        )
+        server.seen.clear()
+        with pytest.raises(PreviewRefusedError) as info:
+            asyncio.run(_preview(n8n, db, keyring, registry, _settings(server), doc))
+        assert f"step {step} ({uses}.{call})" in info.value.message, info.value.message
+        assert server.seen == [], f"{edit} on {uses}.{call}: {server.seen}"
+        with db.tx() as c:
+            kinds = [
+                r.kind
+                for r in c.execute(
+                    text("SELECT kind FROM audit_log WHERE plan_id = :p"),
+                    {"p": doc["plan"]["plan_id"]},
+                )
+            ]
+        assert "preview_refused" in kinds and "preview_run" not in kinds
+
+
+def test_control_the_v2_edit_really_writes_when_the_check_is_bypassed(
+    n8n: N8nHandle, keyring: KeyRing, server: RecordingServer, tmp_path: Path
+) -> None:
+    """Without the check the same edited binding POSTs on this n8n: the zeros above are earned."""
+    registry = edited_registry(
+        source_registry_dir(),
+        tmp_path / "registry",
+        "shop.sandbox",
+        "search",
+        WRITE_EDITS["v2 requestMethod POST"],
+    )
+    doc = _signed(registry, keyring, "purchase_item")
+    plan = Plan.model_validate(doc["plan"])
+    server.seen.clear()
+
+    async def go() -> None:
+        async with N8nClient(n8n.base_url, n8n.api_key) as client:
+            runner = N8nStepRunner(
+                plan=plan,
+                plan_hash=plan_hash(plan),
+                registry=registry,
+                transport=N8nTransport(client),
+                settings=_settings(server),
+                read_only=False,  # what main's preview effectively did
+            )
+            await runner.run(plan.step(1), {})
+
+    asyncio.run(go())
+    assert [m for m, _, _ in server.seen] == ["POST"]
