@@ -50,7 +50,10 @@ class AuditEntry(Contract):
     @field_validator("reason", "op")
     @classmethod
     def _no_secret_text(cls, v: str | None) -> str | None:
-        if v is not None and re.search(r"cst_[A-Za-z0-9_-]{20,}|n8n_api_|-----BEGIN", v):
+        # approval tokens, JWTs (n8n's API keys), PEM keys; not error codes such as n8n_api_error
+        if v is not None and re.search(
+            r"cst_[A-Za-z0-9_-]{20,}|eyJ[A-Za-z0-9_-]{8,}\.eyJ|-----BEGIN", v
+        ):
             raise ValueError("looks like a token or key; the audit log keeps derived facts only")
         return v
 

@@ -44,9 +44,26 @@ class Change:
     before: Any
     after: Any
 
+    def summary(self) -> dict[str, Any]:
+        """For the audit and the API: the step and, for each changed field, old and new values
+        (each cut to 200 characters)."""
+        fields: dict[str, Any] = {}
+        if isinstance(self.before, Mapping) and isinstance(self.after, Mapping):
+            for k in sorted(set(self.before) | set(self.after), key=str):
+                if self.before.get(k) != self.after.get(k):
+                    fields[str(k)] = [_cut(self.before.get(k)), _cut(self.after.get(k))]
+        else:
+            fields["value"] = [_cut(self.before), _cut(self.after)]
+        return {"step": self.step, "changed": fields}
+
     def describe(self) -> str:
         """Short human text: 'step 1: busy [..] at preview, [..] now'."""
         return f"step {self.step}: {_short(self.before)} at preview, {_short(self.after)} now"
+
+
+def _cut(v: Any) -> Any:
+    text = repr(v)
+    return v if len(text) <= 200 else text[:197] + "..."
 
 
 def _short(v: Any) -> str:

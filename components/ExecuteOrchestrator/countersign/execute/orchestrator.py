@@ -34,6 +34,7 @@ from countersign.preview import (
     StepFailedError,
     StepTransport,
     StoreRecorder,
+    fingerprint,
     run_dag,
     verify_or_audit,
 )
@@ -49,7 +50,7 @@ from countersign.steps import (
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 from countersign.workflowbuilder import CredentialRef
 
-from .core import StaleWorldError, WriteSpec, stale_changes, write_specs
+from .core import Change, StaleWorldError, WriteSpec, stale_changes, write_specs
 
 __all__ = ["ExecuteRefusedError", "ExecuteReport", "Executor"]
 
@@ -69,6 +70,11 @@ class ExecuteReport:
     wrappers: list[ExecuteWrapper] = field(default_factory=list)
     compensated: list[int] = field(default_factory=list)
     workflow_id: str | None = None
+    #: ``waiting``: the next gate to approve, and what it guards, read afresh
+    waiting_gate: str | None = None
+    gate_preview: dict[str, Any] | None = None
+    #: ``failed``: what changed in the reads the failed write depended on (old and new values)
+    stale: list[Change] = field(default_factory=list)
 
 
 @dataclass
@@ -147,13 +153,34 @@ class Executor:
             raise ExecuteRefusedError(
                 f"plan {plan.plan_id}: no n8n transport configured for interactive steps"
             )
-        choices = self._prove_gates(verified, specs, user_id, tokens or {})
-        preview_out, prints = self.recorder.plans.preview_of(plan.plan_id)
+        store = self.recorder.plans
+        gates = _gate_order(plan, specs)
+        if not gates:
+            raise ExecuteRefusedError(f"plan {plan.plan_id} has no writes to execute")
+        unknown = sorted(set(tokens or {}) - set(gates))
+        if unknown:
+            raise ExecuteRefusedError(f"plan {plan.plan_id} has no gate {', '.join(unknown)}")
+        fresh = self._prove_gates(verified, specs, user_id, tokens or {})
+        preview_out, prints = store.preview_of(plan.plan_id)
         reads = sorted({r for w in specs for r in w.reads})
         if reads and not prints:
             raise ExecuteRefusedError(
                 f"plan {plan.plan_id} has not been previewed; preview it first"
             )
+        progress = _progress(store.get(plan.plan_id))
+        # Writes resolve their references from what the person saw at preview time, so the
+        # idempotency key of a write never changes between a first execute and a resumed one;
+        # writes done by an earlier execute (an earlier gate) add their outputs.
+        outputs: dict[int, Any] = {n: preview_out[n] for n in preview_out}
+        choices: dict[str, Any] = {}
+        for g in gates:
+            status, out = progress.get(_gate_step(plan, g), ("pending", None))
+            if status == "done" and isinstance(out, Mapping):
+                choices[g] = out.get("choice")
+        for w in specs:
+            status, out = progress.get(w.step, ("pending", None))
+            if status == "done":
+                outputs[w.step] = out
         runner = N8nStepRunner(
             plan=plan,
             plan_hash=verified.plan_hash,
@@ -161,15 +188,51 @@ class Executor:
             transport=self.transport,
             settings=self.settings,
             credentials=self.credentials,
-            choices=choices,
+            choices=choices,  # filled in as gates are passed
         )
-        # Writes resolve their references from what the person saw at preview time, so the
-        # idempotency key of a write never changes between a first execute and a resumed one.
-        outputs: dict[int, Any] = {n: preview_out[n] for n in preview_out}
-        resumed = any(self._started(plan, plan.step(w.step), outputs, choices) for w in specs)
-        if reads and not resumed:
-            await self._check_stale(plan, runner, reads, prints, preview_out, user_id)
-        return await self._run_writes(verified, specs, runner, outputs, choices, user_id)
+        run = _Run(verified, runner, outputs, choices, user_id)
+        for g in gates:
+            g_specs = [w for w in specs if w.gate_id == g]
+            all_done = all(progress.get(w.step, ("pending",))[0] == "done" for w in g_specs)
+            if g not in fresh:
+                if all_done:
+                    continue  # approved and written by an earlier execute
+                if not run.done and not any(
+                    progress.get(w.step, ("pending",))[0] == "done" for w in specs
+                ):
+                    self._audit(
+                        kind="execute_refused",
+                        status="refused",
+                        actor=user_id,
+                        plan_id=plan.plan_id,
+                        op=g,
+                        reason="no approval token for the gate",
+                    )
+                    raise ExecuteRefusedError(f"plan {plan.plan_id}: {g} needs an approval token")
+                return await self._wait_at(run, g, g_specs, prints)
+            choices[g] = fresh[g]
+            store.set_step(plan.plan_id, _gate_step(plan, g), "done", output={"choice": fresh[g]})
+            g_reads = sorted({r for w in g_specs for r in w.reads})
+            resumed = any(self._started(plan, plan.step(w.step), outputs, choices) for w in g_specs)
+            if g_reads and not resumed:
+                await self._check_stale(plan, runner, g_reads, prints, outputs, user_id)
+            failed = await self._run_writes(run, g_specs, progress, prints)
+            if failed is not None:
+                return failed
+        if not fresh:  # every write was done before, and nothing was approved now
+            self._audit(
+                kind="execute_refused",
+                status="refused",
+                actor=user_id,
+                plan_id=plan.plan_id,
+                op=gates[0],
+                reason="no approval token for the gate",
+            )
+            raise ExecuteRefusedError(f"plan {plan.plan_id}: {gates[0]} needs an approval token")
+        store.set_status(plan.plan_id, "completed")
+        return ExecuteReport(
+            plan.plan_id, "completed", [run.wrappers[k] for k in sorted(run.wrappers)]
+        )
 
     async def _hand_off(
         self, verified: VerifiedPlan, document: Any, durable: list[int], user_id: str
@@ -200,9 +263,14 @@ class Executor:
         user_id: str,
         tokens: Mapping[str, str],
     ) -> dict[str, Any]:
+        """Redeem every token given (all before anything runs: one bad token and nothing is
+        written); the person's choice per approved gate."""
         plan = verified.plan
         choices: dict[str, Any] = {}
-        for gate in sorted({w.gate_id for w in specs}):
+        for gate in _gate_order(plan, specs):
+            token = tokens.get(gate)
+            if token is None:
+                continue
             needed = sorted(
                 {
                     s
@@ -211,17 +279,6 @@ class Executor:
                     for s in self.registry.op(plan.step(w.step).uses, plan.step(w.step).call).scopes
                 }
             )
-            token = tokens.get(gate)
-            if token is None:
-                self._audit(
-                    kind="execute_refused",
-                    status="refused",
-                    actor=user_id,
-                    plan_id=plan.plan_id,
-                    op=gate,
-                    reason="no approval token for the gate",
-                )
-                raise ExecuteRefusedError(f"plan {plan.plan_id}: {gate} needs an approval token")
             redeemed = self.approvals.redeem(
                 token,
                 plan_id=plan.plan_id,
@@ -232,6 +289,52 @@ class Executor:
             )
             choices[gate] = redeemed.choice
         return choices
+
+    async def _wait_at(
+        self, run: _Run, gate: str, g_specs: list[WriteSpec], prints: Mapping[int, str]
+    ) -> ExecuteReport:
+        """Stop before ``gate``: read afresh what it guards (the reads its writes depend on), show
+        it with the results of the writes already done, and keep those fingerprints as what the
+        person approves next (the staleness check of the next execute compares against them)."""
+        plan = run.verified.plan
+        store = self.recorder.plans
+        reads = sorted({r for w in g_specs for r in w.reads})
+        fresh = await run_dag(plan, reads, run.runner.run, outputs=run.outputs) if reads else {}
+        fresh = {n: fresh[n] for n in reads}
+        if fresh:
+            before, _ = store.preview_of(plan.plan_id)
+            store.save_preview(
+                plan.plan_id,
+                {**before, **fresh},
+                {**prints, **{n: fingerprint(o) for n, o in fresh.items()}},
+            )
+        guarded = {w.step for w in g_specs}
+        done = {
+            n: run.outputs[n]
+            for n in sorted(run.outputs)
+            if n not in fresh and n in _ancestors_of(plan, guarded) and n not in prints
+        }
+        store.set_status(plan.plan_id, "waiting")
+        self._audit(
+            kind="gate_waiting",
+            status="waiting",
+            actor=run.user_id,
+            plan_id=plan.plan_id,
+            op=gate,
+            details={"reads": reads, "writes_done": sorted(done)},
+        )
+        return ExecuteReport(
+            plan.plan_id,
+            "waiting",
+            [run.wrappers[k] for k in sorted(run.wrappers)],
+            waiting_gate=gate,
+            gate_preview={
+                "gate": gate,
+                "guards": sorted(guarded),
+                "reads": {str(n): o for n, o in fresh.items()},
+                "done": {str(n): o for n, o in done.items()},
+            },
+        )
 
     # ---- staleness ------------------------------------------------------------------------------
     async def _check_stale(
@@ -253,9 +356,23 @@ class Executor:
                 actor=user_id,
                 plan_id=plan.plan_id,
                 reason="world changed since the preview",
-                details={"changed_steps": [c.step for c in changes]},
+                details={"changes": [c.summary() for c in changes]},
             )
             raise StaleWorldError(plan.plan_id, changes)
+
+    async def _changes_after_failure(
+        self, run: _Run, g_specs: list[WriteSpec], prints: Mapping[int, str]
+    ) -> list[Change]:
+        """After a failed write: did the world move under it? (reported, never raised)"""
+        plan = run.verified.plan
+        reads = sorted({r for w in g_specs for r in w.reads})
+        if not reads:
+            return []
+        try:
+            fresh = await run_dag(plan, reads, run.runner.run, outputs=run.outputs)
+        except CountersignError:
+            return []
+        return stale_changes(prints, run.outputs, {n: fresh[n] for n in reads})
 
     # ---- writes ---------------------------------------------------------------------------------
     @staticmethod
@@ -278,60 +395,95 @@ class Executor:
 
     async def _run_writes(
         self,
-        verified: VerifiedPlan,
-        specs: list[WriteSpec],
-        runner: N8nStepRunner,
-        outputs: dict[int, Any],
-        choices: Mapping[str, Any],
-        user_id: str,
-    ) -> ExecuteReport:
-        plan = verified.plan
+        run: _Run,
+        g_specs: list[WriteSpec],
+        progress: Mapping[int, tuple[str, Any]],
+        prints: Mapping[int, str],
+    ) -> ExecuteReport | None:
+        """Run one gate's writes (each through the write protocol). On a failed write: undo
+        every write of the plan done so far (newest first), look again at what the writes
+        depended on, and return the failed report; None when all completed."""
+        plan = run.verified.plan
         store = self.recorder.plans
         store.set_status(plan.plan_id, "executing")
-        wrappers: dict[int, ExecuteWrapper] = {}
-        done: list[tuple[PlanStep, dict[str, Any], Any]] = []
 
         async def one(step: PlanStep, known: Mapping[int, Any]) -> Any:
-            args = self._args(step, known, choices)
+            args = self._args(step, known, run.choices)
             op = self.registry.op(step.uses, step.call)
             ticket = self.writes.claim(
                 plan_id=plan.plan_id,
                 step=step.step,
                 op=f"{step.uses}.{step.call}",
                 args=args,
-                actor=user_id,
+                actor=run.user_id,
                 natural_key=op.idempotency is not None and op.idempotency.via == "natural_key",
             )
             if isinstance(ticket, Replay):
-                wrappers[step.step] = self._wrapper(step, args, ticket.result, replay=True)
-                return ticket.result
+                run.wrappers[step.step] = self._wrapper(step, args, ticket.result, replay=True)
+                run.done.append((step, args, ticket.result))
+                return _output(ticket.result)
             try:
-                prepared = await runner.prepare(step, known, idempotency_key=ticket.key)
+                prepared = await run.runner.prepare(step, known, idempotency_key=ticket.key)
             except CountersignError as e:
                 raise self.writes.abandon(ticket, e.message) from e
             self.writes.sending(ticket)
-            outcome = self.writes.settle(ticket, await runner.send_write(prepared))
+            outcome = self.writes.settle(ticket, await run.runner.send_write(prepared))
             store.set_step(plan.plan_id, step.step, "done", output=outcome.result["output"])
-            done.append((step, args, outcome.result))
-            wrappers[step.step] = self._wrapper(
+            run.done.append((step, args, outcome.result))
+            run.wrappers[step.step] = self._wrapper(
                 step, args, outcome.result, replay=outcome.verdict == "deduplicated"
             )
-            return outcome.result
+            return outcome.result["output"]
 
-        steps = [w.step for w in specs]
         try:
-            await run_dag(plan, steps, one, outputs=outputs)
+            run.outputs.update(
+                await run_dag(plan, [w.step for w in g_specs], one, outputs=run.outputs)
+            )
         except (StepFailedError, WriteFailedError) as e:
-            compensated = await self._compensate(verified, runner, done, user_id)
+            earlier = self._earlier_writes(run, progress)
+            compensated = await self._compensate(
+                run.verified, run.runner, earlier + run.done, run.user_id
+            )
+            changes = await self._changes_after_failure(run, g_specs, prints)
+            if changes:
+                self._audit(
+                    kind="step_failed_world_changed",
+                    status="stale",
+                    actor=run.user_id,
+                    plan_id=plan.plan_id,
+                    step=e.step,
+                    details={"changes": [c.summary() for c in changes]},
+                )
             store.set_status(plan.plan_id, "failed")
-            wrappers[e.step] = ExecuteWrapper(
+            run.wrappers[e.step] = ExecuteWrapper(
                 provider=plan.step(e.step).uses, status="error", step=e.step, error=e.reason[:300]
             )
             return ExecuteReport(
-                plan.plan_id, "failed", [wrappers[k] for k in sorted(wrappers)], compensated
+                plan.plan_id,
+                "failed",
+                [run.wrappers[k] for k in sorted(run.wrappers)],
+                compensated,
+                stale=changes,
             )
-        store.set_status(plan.plan_id, "completed")
-        return ExecuteReport(plan.plan_id, "completed", [wrappers[k] for k in sorted(wrappers)])
+        return None
+
+    def _earlier_writes(
+        self, run: _Run, progress: Mapping[int, tuple[str, Any]]
+    ) -> list[tuple[PlanStep, dict[str, Any], Any]]:
+        """Writes an earlier execute completed (an earlier gate), for compensation."""
+        mine = {s.step for s, _, _ in run.done}
+        out: list[tuple[PlanStep, dict[str, Any], Any]] = []
+        for n in sorted(progress):
+            st, value = progress[n]
+            step = run.verified.plan.step(n)
+            if st != "done" or n in mine or step.gate_id is not None or step.dry_run:
+                continue
+            if self.registry.op(step.uses, step.call).safety != "write":
+                continue
+            args = self._args(step, run.outputs, run.choices)
+            ident = value.get("id") if isinstance(value, Mapping) else None
+            out.append((step, args, {"output": value, "id": ident}))
+        return out
 
     def _audit_compensation(
         self,
@@ -413,3 +565,49 @@ class Executor:
             self._audit_compensation(plan, comp, original, user_id, "ok", None)
             undone.append(original)
         return undone
+
+
+@dataclass
+class _Run:
+    """One execute call's state: what has been read and written, and the gates passed."""
+
+    verified: VerifiedPlan
+    runner: N8nStepRunner
+    outputs: dict[int, Any]
+    choices: dict[str, Any]
+    user_id: str
+    wrappers: dict[int, ExecuteWrapper] = field(default_factory=dict)
+    done: list[tuple[PlanStep, dict[str, Any], Any]] = field(default_factory=list)
+
+
+def _gate_order(plan: Plan, specs: list[WriteSpec]) -> list[str]:
+    """The gates guarding writes, in the order of their steps."""
+    return sorted({w.gate_id for w in specs}, key=lambda g: _gate_step(plan, g))
+
+
+def _progress(row: Mapping[str, Any] | None) -> dict[int, tuple[str, Any]]:
+    if row is None:
+        return {}
+    return {int(s["step"]): (str(s["status"]), s["output"]) for s in row["steps"]}
+
+
+def _output(result: Any) -> Any:
+    return result.get("output") if isinstance(result, Mapping) else result
+
+
+def _ancestors_of(plan: Plan, steps: set[int]) -> set[int]:
+    out: set[int] = set()
+    stack = [d for n in steps for d in plan.step(n).after]
+    while stack:
+        d = stack.pop()
+        if d not in out:
+            out.add(d)
+            stack.extend(plan.step(d).after)
+    return out
+
+
+def _gate_step(plan: Plan, gate: str) -> int:
+    for s in plan.graph:
+        if s.gate_id == gate:
+            return s.step
+    raise ExecuteRefusedError(f"plan {plan.plan_id} has no gate {gate}")

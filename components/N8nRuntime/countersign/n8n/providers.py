@@ -8,16 +8,19 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email import message_from_bytes
 from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import httpx
 import pytest
@@ -25,7 +28,15 @@ from aiosmtpd.controller import Controller
 
 from .runtime import free_port
 
-__all__ = ["Radicale", "SmtpSink", "radicale", "smtp_server", "start_radicale"]
+__all__ = [
+    "Radicale",
+    "ShopSandbox",
+    "SmtpSink",
+    "radicale",
+    "shop_sandbox",
+    "smtp_server",
+    "start_radicale",
+]
 
 _MKCALENDAR = """<?xml version="1.0" encoding="utf-8"?>
 <C:mkcalendar xmlns:D="DAV:" xmlns:C="urn:ietf:params:xml:ns:caldav">
@@ -145,3 +156,132 @@ def smtp_server() -> Iterator[SmtpSink]:
         yield sink
     finally:
         controller.stop()
+
+
+@dataclass
+class ShopSandbox:
+    """A sandbox shop for the ``shop.sandbox`` connector (labelled sandbox: no real shop can be
+    reached from here): search, a cart whose lines are keyed by the Idempotency-Key header, and a
+    checkout that refuses (409) a cart over the caller's ``max_total``. ``prices`` may be changed
+    by a test between two gates; ``arrivals`` records every request (method, path, key)."""
+
+    base_url: str = ""
+    prices: dict[str, str] = field(
+        default_factory=lambda: {"cable-a": "9.90", "cable-b": "12.50", "cable-c": "19.00"}
+    )
+    cart: dict[str, dict[str, Any]] = field(default_factory=dict)
+    orders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arrivals: list[tuple[str, str, str | None]] = field(default_factory=list)
+    #: prices that change the moment a checkout arrives (the world moving under a write)
+    reprice_at_checkout: dict[str, str] = field(default_factory=dict)
+    _by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def total(self) -> str:
+        cents = sum(
+            round(float(line["unit_price"]) * 100) * line["quantity"] for line in self.cart.values()
+        )
+        return f"{cents / 100:.2f}"
+
+    def handle(
+        self, method: str, path: str, query: dict[str, str], body: Any, key: str | None
+    ) -> tuple[int, Any]:
+        self.arrivals.append((method, path, key))
+        if method == "GET" and path == "/search":
+            q = query.get("q", "")
+            return 200, {
+                "query": q,
+                "offers": [
+                    {"item": i, "title": f"{q} ({i})", "price": p}
+                    for i, p in sorted(self.prices.items())
+                ],
+            }
+        if method == "GET" and path == "/cart":
+            return 200, {"lines": list(self.cart.values()), "total": self.total()}
+        if key is not None and key in self._by_key:  # a replay of a request already applied
+            return 200, self._by_key[key]
+        if method == "POST" and path == "/cart":
+            item = str(body.get("item"))
+            if item not in self.prices:
+                return 404, {"error": f"no item {item}"}
+            line_id = f"line-{len(self.cart) + len(self.orders) + 1}"
+            line: dict[str, Any] = {
+                "id": line_id,
+                "item": item,
+                "quantity": int(body.get("quantity", 1)),
+                "unit_price": self.prices[item],
+            }
+            self.cart[line_id] = line
+            out: dict[str, Any] = {**line, "cart_total": self.total()}
+        elif method == "DELETE" and path.startswith("/cart/"):
+            self.cart.pop(path.rsplit("/", 1)[1], None)
+            out = {"cart_total": self.total()}
+        elif method == "POST" and path == "/checkout":
+            # prices are read again at checkout: the cart total is what would be charged now
+            self.prices.update(self.reprice_at_checkout)
+            for held in self.cart.values():
+                held["unit_price"] = self.prices[str(held["item"])]
+            if float(self.total()) > float(str(body.get("max_total"))):
+                return 409, {"error": "cart total over max_total", "total": self.total()}
+            order_id = f"order-{len(self.orders) + 1}"
+            order: dict[str, Any] = {
+                "id": order_id,
+                "total": self.total(),
+                "lines": [dict(v) for v in self.cart.values()],
+            }
+            self.orders[order_id] = order
+            self.cart.clear()
+            out = order
+        elif method == "POST" and path.startswith("/orders/") and path.endswith("/cancel"):
+            oid = path.split("/")[2]
+            if oid not in self.orders:
+                return 404, {"error": f"no order {oid}"}
+            self.orders[oid]["cancelled"] = True
+            out = {"id": oid, "cancelled": True}
+        else:
+            return 404, {"error": f"no route {method} {path}"}
+        if key is not None:
+            self._by_key[key] = out
+        return 200, out
+
+
+@pytest.fixture
+def shop_sandbox() -> Iterator[ShopSandbox]:
+    """A fresh sandbox shop on a free loopback port."""
+    shop = ShopSandbox()
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            parts = urlsplit(self.path)
+            try:
+                body = json.loads(raw) if raw else {}
+            except ValueError:
+                body = {}
+            with lock:
+                status, out = shop.handle(
+                    self.command,
+                    parts.path,
+                    dict(parse_qsl(parts.query)),
+                    body,
+                    self.headers.get("Idempotency-Key") or None,
+                )
+            data = json.dumps(out).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = _any  # noqa: N815
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    shop.base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield shop
+    finally:
+        server.shutdown()
