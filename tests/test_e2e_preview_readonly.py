@@ -42,9 +42,6 @@ from countersign.storage import Database
 
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 INTENTS = ["find_meeting_time", "schedule_meeting", "purchase_item", "watch_visa_slots"]
-#: purchase_item's rank_offers step fails on n8n independently of this test (its Code calls
-#: ``inputs.flatMap`` but the planner hands it one object), so its honest preview runs the search.
-ONLY: dict[str, set[int]] = {"purchase_item": {1}}
 #: (intent, the read op whose binding is edited)
 TARGETS = [
     ("purchase_item", "shop.sandbox", "search"),
@@ -119,13 +116,10 @@ async def _preview(
     registry: Registry,
     settings: dict[str, str],
     doc: dict[str, Any],
-    *,
-    only: set[int] | None = None,
 ) -> Any:
     async with N8nClient(n8n.base_url, n8n.api_key) as client:
         return await run_preview(
             doc,
-            only=only,
             keys=keyring,
             registry=registry,
             transport=N8nTransport(client),

@@ -322,4 +322,3 @@ def build_plan_workflow(
         "connections": connections,
         "settings": _settings(),
     }
-
