@@ -3,7 +3,9 @@
 from .core import Approvals, GateDecision, Redemption, token_hash
 from .errors import (
     ApprovalError,
+    GateApprovedError,
     GateDecidedError,
+    GateRejectedError,
     TokenExpiredError,
     TokenGateMismatchError,
     TokenPlanMismatchError,
@@ -16,8 +18,10 @@ from .errors import (
 __all__ = [
     "ApprovalError",
     "Approvals",
+    "GateApprovedError",
     "GateDecidedError",
     "GateDecision",
+    "GateRejectedError",
     "Redemption",
     "TokenExpiredError",
     "TokenGateMismatchError",

@@ -2,16 +2,27 @@
 
 Token format (Approvals SPEC §1): an opaque random string ``cst_<43 base64url chars>`` (256 bits
 from ``secrets``). Only its sha256 is stored, so a copy of the database does not hold live tokens;
-audit rows carry the first 12 hex of that hash. Redemption is one atomic statement::
+audit rows carry the first 12 hex of that hash.
 
-    UPDATE approval_tokens SET consumed_at = :now
-    WHERE token_hash = :h AND consumed_at IS NULL AND expires_at > :now
-      AND plan_hash = :plan_hash AND gate_id = :gate AND user_id = :user AND scopes @> :needed
-    RETURNING …
+A gate has at most one decision, ``approved`` or ``rejected``: one ``gate_decisions`` row per
+(plan, gate), whose primary key is the arbiter (SPEC §3). Redemption is one statement that spends
+the token *and* claims the decision::
 
-so of any number of concurrent redemptions exactly one succeeds. When it matches nothing, the row
-is read to name the reason (unknown, another plan, gate or user, expired, reused, scope) and the
-refusal is audited in the same transaction.
+    WITH t AS (UPDATE approval_tokens SET consumed_at = :now
+               WHERE token_hash = :h AND consumed_at IS NULL AND expires_at > :now
+                 AND plan_hash = :ph AND gate_id = :g AND user_id = :u AND scopes @> :needed …
+               RETURNING …),
+         d AS (INSERT INTO gate_decisions … 'approved' FROM t
+               ON CONFLICT (plan_id, gate_id) DO UPDATE … WHERE gate_decisions.decision = 'approved'
+               RETURNING …)
+    SELECT …
+
+so of any number of concurrent redemptions exactly one spends a token, and a redemption racing a
+``reject`` either claims the row first (the reject is refused: ``GateApprovedError``) or finds it
+rejected (the token is put back unspent and the redemption is refused: ``GateRejectedError``) —
+never both. A rejected row is never changed, so after a reject no token for that gate redeems.
+``issue`` and ``reject`` take a per-gate transaction lock, so a token is never issued for a gate
+whose rejection has committed. Every refusal is named and audited in the same transaction.
 """
 
 from __future__ import annotations
@@ -33,7 +44,8 @@ from countersign.storage import Database
 
 from .errors import (
     ApprovalError,
-    GateDecidedError,
+    GateApprovedError,
+    GateRejectedError,
     TokenExpiredError,
     TokenGateMismatchError,
     TokenPlanMismatchError,
@@ -112,7 +124,12 @@ class Approvals:
         ttl_s: int,
         choice: Any = None,
     ) -> ApprovalToken:
-        """The person approved this gate (with an optional choice): a token to execute with."""
+        """The person approved this gate (with an optional choice): a token to execute with.
+
+        Raises:
+            InputError: malformed ids or ``ttl_s`` (before any SQL).
+            GateRejectedError: the gate was rejected (audited as ``token_issue_refused``).
+        """
         self._check(plan_id, plan_hash, gate_id, user_id)
         if not 1 <= ttl_s <= 86400:
             raise InputError(f"approval ttl_s {ttl_s} must be between 1 and 86400 seconds")
@@ -121,56 +138,65 @@ class Approvals:
         exp = now + timedelta(seconds=ttl_s)
         th = token_hash(token)
         with self.db.tx() as c:
-            self._refuse_if_rejected(c, plan_id, gate_id)
-            c.execute(
-                text(
-                    """
-                    INSERT INTO approval_tokens (token_hash, plan_id, plan_hash, gate_id, user_id, scopes,
-                                                 choice, issued_at, expires_at)
-                    VALUES (:h, :p, :ph, :g, :u, CAST(:sc AS jsonb), CAST(:ch AS jsonb), :now, :exp)
-                    """
-                ),
-                {
-                    "h": th,
-                    "p": plan_id,
-                    "ph": plan_hash,
-                    "g": gate_id,
-                    "u": user_id,
-                    "sc": json.dumps(sorted(set(scopes))),
-                    "ch": json.dumps(choice),
-                    "now": now,
-                    "exp": exp,
-                },
-            )
-            self._audit.append(
-                c,
-                {
-                    "kind": "token_issued",
-                    "status": "ok",
-                    "actor": user_id,
-                    "plan_id": plan_id,
-                    "op": gate_id,
-                    "details": {"token_ref": th[:12], "ttl_s": ttl_s},
-                },
-            )
-        return ApprovalToken(
-            token=token,
-            plan_hash=plan_hash,
-            gate_id=gate_id,
-            user_id=user_id,
-            exp=exp,
-            scopes=sorted(set(scopes)),
-        )
-
-    def _refuse_if_rejected(self, c: Connection, plan_id: str, gate_id: str) -> None:
-        row = c.execute(
-            text("SELECT decision FROM gate_decisions WHERE plan_id = :p AND gate_id = :g"),
-            {"p": plan_id, "g": gate_id},
-        ).first()
-        if row is not None and row.decision == "rejected":
-            raise GateDecidedError(
-                f"{gate_id} of plan {plan_id} was rejected; it cannot be approved"
-            )
+            _lock_gate(c, plan_id, gate_id)
+            decided = _decision_row(c, plan_id, gate_id)
+            if decided is not None and decided.decision == "rejected":
+                refusal: ApprovalError = GateRejectedError(
+                    f"issue a token for {gate_id} of plan {plan_id}: expected an open gate, found "
+                    f"it rejected by {decided.user_id} at {decided.decided_at.isoformat()}"
+                )
+                self._audit.append(
+                    c,
+                    {
+                        "kind": "token_issue_refused",
+                        "status": "refused",
+                        "actor": user_id,
+                        "plan_id": plan_id,
+                        "op": gate_id,
+                        "reason": refusal.code,
+                    },
+                )
+            else:
+                c.execute(
+                    text(
+                        """
+                        INSERT INTO approval_tokens (token_hash, plan_id, plan_hash, gate_id, user_id, scopes,
+                                                     choice, issued_at, expires_at)
+                        VALUES (:h, :p, :ph, :g, :u, CAST(:sc AS jsonb), CAST(:ch AS jsonb), :now, :exp)
+                        """
+                    ),
+                    {
+                        "h": th,
+                        "p": plan_id,
+                        "ph": plan_hash,
+                        "g": gate_id,
+                        "u": user_id,
+                        "sc": json.dumps(sorted(set(scopes))),
+                        "ch": json.dumps(choice),
+                        "now": now,
+                        "exp": exp,
+                    },
+                )
+                self._audit.append(
+                    c,
+                    {
+                        "kind": "token_issued",
+                        "status": "ok",
+                        "actor": user_id,
+                        "plan_id": plan_id,
+                        "op": gate_id,
+                        "details": {"token_ref": th[:12], "ttl_s": ttl_s},
+                    },
+                )
+                return ApprovalToken(
+                    token=token,
+                    plan_hash=plan_hash,
+                    gate_id=gate_id,
+                    user_id=user_id,
+                    exp=exp,
+                    scopes=sorted(set(scopes)),
+                )
+        raise refusal
 
     def redeem(
         self,
@@ -183,32 +209,22 @@ class Approvals:
         required_scopes: Sequence[str] = (),
         actor: str | None = None,
     ) -> Redemption:
-        """Spend a token on exactly this plan hash, gate and user.
+        """Spend a token on exactly this plan hash, gate and user; the gate is then approved.
 
         Raises:
             TokenUnknownError, TokenPlanMismatchError, TokenGateMismatchError,
             TokenUserMismatchError, TokenExpiredError, TokenReusedError, TokenScopeError,
-            GateDecidedError: refused (and audited).
+            GateRejectedError: refused (and audited as ``token_refused``); the token is not spent.
         """
         self._check(plan_id, plan_hash, gate_id, user_id)
         if not isinstance(token, str) or not 8 <= len(token) <= 200:
             raise InputError("token must be a string of 8..200 characters")
         th = token_hash(token)
         now = self._clock()
-        refusal: ApprovalError | None = None
+        refusal: ApprovalError
         with self.db.tx() as c:
             row = c.execute(
-                text(
-                    """
-                    UPDATE approval_tokens SET consumed_at = :now
-                    WHERE token_hash = :h AND consumed_at IS NULL AND expires_at > :now
-                      AND plan_hash = :ph AND gate_id = :g AND user_id = :u
-                      AND scopes @> CAST(:need AS jsonb)
-                      AND NOT EXISTS (SELECT 1 FROM gate_decisions d WHERE d.plan_id = approval_tokens.plan_id
-                                      AND d.gate_id = approval_tokens.gate_id AND d.decision = 'rejected')
-                    RETURNING plan_id, choice
-                    """
-                ),
+                _REDEEM,
                 {
                     "now": now,
                     "h": th,
@@ -218,25 +234,7 @@ class Approvals:
                     "need": json.dumps(sorted(set(required_scopes))),
                 },
             ).first()
-            if row is not None:
-                c.execute(
-                    text(
-                        """
-                        INSERT INTO gate_decisions (plan_id, gate_id, plan_hash, user_id, decision, choice, decided_at)
-                        VALUES (:p, :g, :ph, :u, 'approved', CAST(:ch AS jsonb), :now)
-                        ON CONFLICT (plan_id, gate_id) DO UPDATE SET choice = EXCLUDED.choice,
-                          decided_at = EXCLUDED.decided_at WHERE gate_decisions.decision = 'approved'
-                        """
-                    ),
-                    {
-                        "p": row.plan_id,
-                        "g": gate_id,
-                        "ph": plan_hash,
-                        "u": user_id,
-                        "ch": json.dumps(row.choice),
-                        "now": now,
-                    },
-                )
+            if row is not None and row.won:
                 self._audit.append(
                     c,
                     {
@@ -250,6 +248,14 @@ class Approvals:
                 )
                 return Redemption(
                     plan_id=row.plan_id, gate_id=gate_id, user_id=user_id, choice=row.choice
+                )
+            if row is not None:
+                # Lost the race to a reject that committed after this statement's snapshot: the
+                # decision row says rejected. Put the token back (we hold its row lock; it was
+                # unspent), so the refusal leaves it as it was, like every other refusal.
+                c.execute(
+                    text("UPDATE approval_tokens SET consumed_at = NULL WHERE token_hash = :h"),
+                    {"h": th},
                 )
             refusal = self._diagnose(
                 c,
@@ -300,12 +306,13 @@ class Approvals:
             return TokenUserMismatchError("the token was issued to another user")
         if t.consumed_at is not None:
             return TokenReusedError(f"the token for {gate_id} was already used")
-        decided = c.execute(
-            text("SELECT decision FROM gate_decisions WHERE plan_id = :p AND gate_id = :g"),
-            {"p": t.plan_id, "g": gate_id},
-        ).first()
+        decided = _decision_row(c, t.plan_id, gate_id)
         if decided is not None and decided.decision == "rejected":
-            return GateDecidedError(f"{gate_id} was rejected")
+            return GateRejectedError(
+                f"redeem a token for {gate_id} of plan {t.plan_id}: expected an open gate, found "
+                f"it rejected by {decided.user_id} at {decided.decided_at.isoformat()}; "
+                "the token was not spent"
+            )
         if t.expires_at <= now:
             return TokenExpiredError(
                 f"the token for {gate_id} expired at {t.expires_at.isoformat()}"
@@ -316,9 +323,16 @@ class Approvals:
     def reject(
         self, *, plan_id: str, plan_hash: str, gate_id: str, user_id: str, reason: str | None = None
     ) -> None:
-        """The person rejected this gate: it stays rejected; its tokens no longer redeem."""
+        """The person rejected this gate: it stays rejected; its tokens never redeem.
+
+        Raises:
+            GateApprovedError: a token for the gate was already redeemed (the gate is approved).
+            GateRejectedError: the gate was already rejected.
+            Both are audited as ``gate_reject_refused``.
+        """
         self._check(plan_id, plan_hash, gate_id, user_id)
         with self.db.tx() as c:
+            _lock_gate(c, plan_id, gate_id)
             done = c.execute(
                 text(
                     """
@@ -336,27 +350,51 @@ class Approvals:
                     "now": self._clock(),
                 },
             ).first()
-            if done is None:
-                raise GateDecidedError(f"{gate_id} of plan {plan_id} was already decided")
+            if done is not None:
+                self._audit.append(
+                    c,
+                    {
+                        "kind": "gate_rejected",
+                        "status": "rejected",
+                        "actor": user_id,
+                        "plan_id": plan_id,
+                        "op": gate_id,
+                        "reason": (reason or None) and reason[:500],
+                    },
+                )
+                return
+            # The row exists and is committed (ON CONFLICT waited for any writer of it).
+            decided = _decision_row(c, plan_id, gate_id)
+            if decided is None:  # pragma: no cover - rows are never deleted
+                raise ApprovalError(f"reject {gate_id} of plan {plan_id}: decision row vanished")
+            found = f"{decided.decision} by {decided.user_id} at {decided.decided_at.isoformat()}"
+            refusal: ApprovalError = (
+                GateApprovedError(
+                    f"reject {gate_id} of plan {plan_id}: expected an open gate, found it {found} "
+                    "(a token was redeemed; its writes may have run)"
+                )
+                if decided.decision == "approved"
+                else GateRejectedError(
+                    f"reject {gate_id} of plan {plan_id}: expected an open gate, found it {found}"
+                )
+            )
             self._audit.append(
                 c,
                 {
-                    "kind": "gate_rejected",
-                    "status": "rejected",
+                    "kind": "gate_reject_refused",
+                    "status": "refused",
                     "actor": user_id,
                     "plan_id": plan_id,
                     "op": gate_id,
-                    "reason": (reason or None) and reason[:500],
+                    "reason": refusal.code,
                 },
             )
+        raise refusal
 
     def decision(self, plan_id: str, gate_id: str) -> GateDecision | None:
         """The recorded decision at a gate, if any."""
         with self.db.tx() as c:
-            r = c.execute(
-                text("SELECT * FROM gate_decisions WHERE plan_id = :p AND gate_id = :g"),
-                {"p": plan_id, "g": gate_id},
-            ).first()
+            r = _decision_row(c, plan_id, gate_id)
         if r is None:
             return None
         return GateDecision(
@@ -367,3 +405,42 @@ class Approvals:
             choice=r.choice,
             reason=r.reason,
         )
+
+
+# Spend the token and claim the gate's decision in one statement (module docstring). ``won`` is
+# false only when the decision row is (or, after waiting for its writer, became) ``rejected``.
+_REDEEM = text(
+    """
+    WITH t AS (
+      UPDATE approval_tokens SET consumed_at = :now
+      WHERE token_hash = :h AND consumed_at IS NULL AND expires_at > :now
+        AND plan_hash = :ph AND gate_id = :g AND user_id = :u
+        AND scopes @> CAST(:need AS jsonb)
+        AND NOT EXISTS (SELECT 1 FROM gate_decisions d WHERE d.plan_id = approval_tokens.plan_id
+                        AND d.gate_id = approval_tokens.gate_id AND d.decision = 'rejected')
+      RETURNING plan_id, choice),
+    d AS (
+      INSERT INTO gate_decisions (plan_id, gate_id, plan_hash, user_id, decision, choice, decided_at)
+      SELECT t.plan_id, :g, :ph, :u, 'approved', t.choice, :now FROM t
+      ON CONFLICT (plan_id, gate_id) DO UPDATE SET choice = EXCLUDED.choice,
+        decided_at = EXCLUDED.decided_at WHERE gate_decisions.decision = 'approved'
+      RETURNING plan_id)
+    SELECT t.plan_id, t.choice, EXISTS (SELECT 1 FROM d) AS won FROM t
+    """
+)
+
+
+def _decision_row(c: Connection, plan_id: str, gate_id: str) -> Any:
+    return c.execute(
+        text("SELECT * FROM gate_decisions WHERE plan_id = :p AND gate_id = :g"),
+        {"p": plan_id, "g": gate_id},
+    ).first()
+
+
+def _lock_gate(c: Connection, plan_id: str, gate_id: str) -> None:
+    """Serialize ``issue`` and ``reject`` of one gate until this transaction ends, so an issue
+    either commits before the rejection (its token then never redeems) or sees it."""
+    c.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 7357002))"),
+        {"k": f"gate:{plan_id}:{gate_id}"},
+    )

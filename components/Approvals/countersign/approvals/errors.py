@@ -6,7 +6,9 @@ from countersign.kernel import CountersignError
 
 __all__ = [
     "ApprovalError",
+    "GateApprovedError",
     "GateDecidedError",
+    "GateRejectedError",
     "TokenExpiredError",
     "TokenGateMismatchError",
     "TokenPlanMismatchError",
@@ -66,6 +68,18 @@ class TokenScopeError(ApprovalError):
 
 
 class GateDecidedError(ApprovalError):
-    """The gate was already rejected; it cannot be approved any more."""
+    """The gate already has the one decision it can have; this call would contradict it."""
 
     code = "gate_already_decided"
+
+
+class GateRejectedError(GateDecidedError):
+    """The gate was rejected: no token for it is issued or redeemed, and it is not rejected twice."""
+
+    code = "gate_rejected"
+
+
+class GateApprovedError(GateDecidedError):
+    """The gate was approved (a token for it was redeemed): it can no longer be rejected."""
+
+    code = "gate_already_approved"
