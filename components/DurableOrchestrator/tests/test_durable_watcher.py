@@ -271,8 +271,9 @@ def test_rejected_gate_books_nothing(
 
     result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
     assert result.status == "rejected" and sandbox.bookings == {}
-    mails = smtp_server.to("alice@example.com")
-    assert len(mails) == 1 and "rejected" in str(mails[0]["Subject"])
+    # no unsigned "watcher ended" mail (issue 10, hole 9): the outcome is the run's result,
+    # its status query and the plan's audit; a signed end-notice step is the way to mail it
+    assert smtp_server.to("alice@example.com") == [] and not result.notified
 
 
 def test_expired_token_is_refused_then_cancel(
@@ -314,15 +315,12 @@ def test_cancel_mid_watch_and_reconfigure(
         handle = await _start(env, doc)
         await env.sleep(timedelta(hours=5))
         latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
-        await latest.signal(
-            WatcherWorkflow.reconfigure,
-            Reconfigure(poll_interval_s=600, date_from="2027-04-01T00:00:00Z"),
-        )
+        await latest.signal(WatcherWorkflow.reconfigure, Reconfigure(poll_interval_s=600))
         await env.sleep(timedelta(hours=1))
         st = await latest.query(WatcherWorkflow.status)
-        assert (
-            st is not None and st.poll_interval_s == 600 and st.date_from == "2027-04-01T00:00:00Z"
-        )
+        # the interval changed; the signed window did not (changing it is a new plan revision)
+        assert st is not None and st.poll_interval_s == 600
+        assert (st.date_from, st.date_to) == ("2027-03-01T00:00:00Z", "2027-03-31T00:00:00Z")
         await latest.signal(WatcherWorkflow.cancel)
         result = await latest.result()
         await _replay(env, handle.id)
@@ -330,10 +328,7 @@ def test_cancel_mid_watch_and_reconfigure(
 
     result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
     assert result.status == "cancelled" and sandbox.bookings == {}
-    assert (
-        "2027-04-01T00:00:00Z",
-        "2027-03-31T00:00:00Z",
-    ) in sandbox.windows  # the new window was used
+    assert set(sandbox.windows) == {("2027-03-01T00:00:00Z", "2027-03-31T00:00:00Z")}
 
 
 def test_budget_exhausted(
@@ -348,7 +343,8 @@ def test_budget_exhausted(
 
     result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
     assert result.status == "budget_exhausted" and result.polls == 5 and sandbox.searches == 5
-    assert len(smtp_server.to("alice@example.com")) == 1
+    # the plan signed one mail, "booked"; an end notice would be an unsigned mail: none is sent
+    assert len(smtp_server.to("alice@example.com")) == 0 and not result.notified
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in HISTORIES.glob("*.json")))
@@ -1111,3 +1107,59 @@ def test_worker_refuses_a_plan_signed_against_another_registry_or_expired(
             text("SELECT reason FROM audit_log WHERE kind = 'plan_refused' ORDER BY seq")
         ).scalars()
         assert list(rows) == ["registry_changed", "plan_expired"]
+
+
+@pytest.mark.parametrize(
+    ("activity_name", "step", "override"),
+    [
+        ("poll", 1, {"date_from": "2027-04-01T00:00:00Z"}),
+        ("poll", 1, {"consulate": "berlin"}),
+        ("poll", 1, {"extra": 1}),
+        ("write_step", 4, {"subject": "Watcher ended", "body": "anything"}),
+        ("write_step", 4, {"to": "mallory@example.com"}),
+    ],
+)
+def test_activities_run_only_signed_arguments(
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    sandbox: VisaSandbox,
+    activity_name: str,
+    step: int,
+    override: dict[str, Any],
+) -> None:
+    """Whatever a workflow (or a forged history) passes as an override: an argument the plan did
+    not sign is refused before any provider call, and audited (issue 10, hole 9)."""
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from countersign.durable import StepCall
+
+    doc = _signed(registry, keyring)
+    acts = DurableActivities(
+        db,
+        keys=keyring,
+        registry=registry,
+        settings={
+            "visa_base_url": sandbox.url,
+            "smtp_from": "cs@example.com",
+            "smtp_host": "127.0.0.1",
+            "smtp_port": "1",
+        },
+    )
+    call = StepCall(
+        signed=doc,
+        user_id="alice@example.com",
+        step=step,
+        args_override=override,
+        gate_id="gate-A",
+        choice={"id": "slot-1"},
+    )
+    searches = sandbox.searches
+    with pytest.raises(ApplicationError) as info:
+        ActivityEnvironment().run(getattr(acts, activity_name), call)
+    assert info.value.type == "unsigned_change" and info.value.non_retryable
+    assert sandbox.searches == searches and sandbox.bookings == {}
+    with db.tx() as c:
+        kinds = list(c.execute(text("SELECT kind FROM audit_log ORDER BY seq")).scalars())
+    assert "unsigned_change_refused" in kinds

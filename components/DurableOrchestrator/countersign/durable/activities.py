@@ -129,11 +129,9 @@ class DurableActivities:
         """One read of the watched op (a GET per its binding); its normalized output."""
         v = self._verified(call.signed)
         step = v.plan.step(call.step)
+        self._signed_args_only(v.plan, step, call)
         try:
-            args = {
-                **resolve_refs(step.args, _int_keys(call.outputs), call.choices),
-                **call.args_override,
-            }
+            args = resolve_refs(step.args, _int_keys(call.outputs), call.choices)
             node = resolve_step(step.model_copy(update={"args": args}), self.registry)
             req = http_call(node, render_data(node, args, self.settings))
             r = send(req)
@@ -252,8 +250,7 @@ class DurableActivities:
         self._step_status(plan, step.step, "done", done.result)
         return done.result
 
-    @staticmethod
-    def _write_key(plan: Plan, call: StepCall) -> tuple[PlanStep, dict[str, Any], str]:
+    def _write_key(self, plan: Plan, call: StepCall) -> tuple[PlanStep, dict[str, Any], str]:
         """The step, its args with references resolved, and its idempotency key."""
         try:
             step = plan.step(call.step)
@@ -270,14 +267,37 @@ class DurableActivities:
                 non_retryable=True,
             )
         choices = dict(call.choices) or ({call.gate_id: call.choice} if call.gate_id else {})
+        self._signed_args_only(plan, step, call)
         try:
-            args = {
-                **resolve_refs(step.args, _int_keys(call.outputs), choices),
-                **call.args_override,
-            }
+            args = resolve_refs(step.args, _int_keys(call.outputs), choices)
         except CountersignError as e:
             raise _app_error(e) from e
         return step, args, idempotency_key(plan.plan_id, step.step, args)
+
+    def _signed_args_only(self, plan: Plan, step: PlanStep, call: StepCall) -> None:
+        """A step runs with its signed arguments, nothing else (ARCHITECTURE.md §3 inv. 3): an
+        override is accepted only where it equals what was signed; any change to what runs is a
+        new plan revision, signed and approved again. Refused and audited."""
+        changed = sorted(
+            k for k, v in call.args_override.items() if step.args.get(k, _MISSING) != v
+        )
+        if not changed:
+            return
+        self._audit(
+            kind="unsigned_change_refused",
+            status="refused",
+            actor=call.user_id,
+            plan_id=plan.plan_id,
+            step=step.step,
+            op=f"{step.uses}.{step.call}",
+            details={"args": changed},
+        )
+        raise ApplicationError(
+            f"plan {plan.plan_id} step {step.step}: arguments {changed} differ from the signed "
+            "plan; a change to what runs needs a new plan revision, signed and approved",
+            type="unsigned_change",
+            non_retryable=True,
+        )
 
     @activity.defn(name="reconcile_step")
     def reconcile_step(self, rc: ReconcileCall) -> None:
@@ -439,6 +459,9 @@ class DurableActivities:
         except CountersignError as e:
             return Attempt.lost(f"provider answered {r.status_code}, unreadable: {e.code}")
         return Attempt("answered", status=r.status_code, output=out)
+
+
+_MISSING = object()
 
 
 def _int_keys(outputs: Mapping[str, Any]) -> dict[int, Any]:

@@ -67,11 +67,11 @@ class RejectGate(_M):
 
 
 class Reconfigure(_M):
-    """New polling interval and/or window."""
+    """A new polling interval: when to ask, not what. What the watch sends to the provider (the
+    window, the consulate) is signed; changing it is a new plan revision, signed and approved
+    again, so this signal has no field for it."""
 
     poll_interval_s: int | None = Field(default=None, ge=1)
-    date_from: str | None = None
-    date_to: str | None = None
 
 
 class WatchResult(_M):

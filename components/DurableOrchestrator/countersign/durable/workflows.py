@@ -113,15 +113,12 @@ class WatcherWorkflow:
 
     @workflow.signal
     def reconfigure(self, change: Reconfigure) -> None:
-        """New poll interval and/or date window, applied from the next poll."""
+        """A new poll interval, applied from the next poll (the window is signed: see
+        ``Reconfigure``)."""
         if self._state is None:
             return
         if change.poll_interval_s is not None:
             self._state.poll_interval_s = change.poll_interval_s
-        if change.date_from is not None:
-            self._state.date_from = change.date_from
-        if change.date_to is not None:
-            self._state.date_to = change.date_to
         self._reconfigured = True
 
     @workflow.query
@@ -373,6 +370,10 @@ class WatcherWorkflow:
         if (
             status in {"rejected", "approval_timeout", "budget_exhausted"}
             and inp.notify_step is not None
+            # the end notice rewrote the signed mail's subject and body without an approval;
+            # runs from before this change replay the old branch (and the activity now refuses
+            # any argument the plan did not sign)
+            and not workflow.patched("no-unsigned-end-notice-v1")
         ):
             # the notification step tells the person what happened (its own idempotency key)
             await self._write(
