@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from countersign.kernel import source_registry_dir
+from countersign.signer import plan_hash
 
 EXAMPLE = source_registry_dir().parent / "usecases" / "meeting" / "fixtures" / "default.intent.json"
 
@@ -48,13 +49,19 @@ def test_plan_then_verify_then_tamper(home: Path, tmp_path: Path) -> None:
     # reformatted: still verifies
     f.write_text(json.dumps(doc, indent=None, sort_keys=True))
     assert run(home, "verify", str(f)).returncode == 0
-    # changed content: refused, one line
+    # changed content, hash restated: refused, one line
     doc["plan"]["graph"][0]["args"]["user"] = "mallory@example.com"
-    del doc["plan_hash"]
+    doc["plan_hash"] = plan_hash(doc["plan"])
     f.write_text(json.dumps(doc))
     bad = run(home, "verify", str(f))
     assert bad.returncode == 1
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("signature_invalid:")
+    # hash dropped: refused as malformed (the signer always writes plan_hash)
+    del doc["plan_hash"]
+    f.write_text(json.dumps(doc))
+    bad = run(home, "verify", str(f))
+    assert bad.returncode == 1
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("signature_malformed:")
 
 
 def test_plan_is_deterministic_across_processes(home: Path) -> None:

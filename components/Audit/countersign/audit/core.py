@@ -232,7 +232,16 @@ class AuditLog:
                     "row content does not match its hash (the row was changed)",
                 )
             prev, expected_seq, count = r["row_hash"], expected_seq + 1, count + 1
-        head = conn.execute(text("SELECT seq, last_hash FROM audit_head WHERE id = 1")).one()
+        head = conn.execute(text("SELECT seq, last_hash FROM audit_head WHERE id = 1")).first()
+        if head is None:
+            # The head is what detects deleted newest rows; without it the chain is unprovable.
+            return ChainReport(
+                False,
+                count,
+                count + 1,
+                f"the audit_head row is missing (deleted); {count} rows are there but whether "
+                "newer rows were deleted cannot be checked",
+            )
         if int(head.seq) != count or head.last_hash != prev:
             return ChainReport(
                 False,

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-import yaml
 
 from countersign.audit.cli import app as audit_app
 from countersign.durable.cli import app as temporal_app
@@ -30,6 +29,8 @@ from countersign.kernel import (
     Policy,
     Settings,
     SignatureError,
+    loads_strict,
+    loads_yaml_strict,
     parse_contract,
 )
 from countersign.n8n import install as n8n_install
@@ -90,19 +91,18 @@ def _now() -> datetime:
 
 
 def read_document(path: Path) -> Any:
-    """Read a JSON (or YAML, by suffix) file; InputError naming the file on any problem."""
+    """Read a JSON (or YAML, by suffix) file strictly; InputError naming the file on any problem.
+
+    Strict (``countersign.kernel.loads_strict``): UTF-8 only, no duplicate keys, bounded depth,
+    so a plan, intent or policy has one reading and a bad file ends in one line, never a traceback.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror}") from e
-    try:
-        if path.suffix in {".yaml", ".yml"}:
-            return yaml.safe_load(text)
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
-    except yaml.YAMLError as e:
-        raise InputError(f"{path}: not YAML: {e}") from e
+    if path.suffix in {".yaml", ".yml"}:
+        return loads_yaml_strict(data, what=str(path))
+    return loads_strict(data, what=str(path))
 
 
 def _print_json(doc: Any) -> None:

@@ -1,11 +1,14 @@
 """Shared kernel: the contracts (GLOBAL_SPEC.md), the error tree, ids, canonical JSON, settings."""
 
 from .canonical import canonical_bytes, content_hash, sha256_hex
+from .documents import MAX_DEPTH, loads_strict, loads_yaml_strict
 from .errors import (
     BadSignatureError,
     BindingError,
     ContractError,
     CountersignError,
+    DocumentError,
+    DuplicateKeyError,
     HashMismatchError,
     InputError,
     KeyRevokedError,
@@ -46,6 +49,7 @@ from .schemas import schema_snapshot
 from .settings import Settings, source_registry_dir
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_SAFE_INT",
     "ApprovalToken",
     "BadSignatureError",
@@ -53,6 +57,8 @@ __all__ = [
     "Contract",
     "ContractError",
     "CountersignError",
+    "DocumentError",
+    "DuplicateKeyError",
     "Evidence",
     "ExecuteResult",
     "ExecuteWrapper",
@@ -85,6 +91,8 @@ __all__ = [
     "content_hash",
     "derived_ulid",
     "format_utc",
+    "loads_strict",
+    "loads_yaml_strict",
     "parse_contract",
     "parse_ulid",
     "schema_snapshot",

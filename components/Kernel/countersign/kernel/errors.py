@@ -9,6 +9,8 @@ returns a bool that a caller can forget to check.
     CountersignError                       code            retryable
     ├── InputError                         invalid_input   no   (malformed input; CLI exit 2)
     │   ├── ContractError                  contract_invalid     (a document broke its schema)
+    │   ├── DocumentError                  document_malformed   (not UTF-8 / not JSON / too deep)
+    │   │   └── DuplicateKeyError          document_duplicate_key (names the key and its path)
     │   └── RegistryFileError              registry_invalid     (names the file and the field)
     ├── SignatureError                     signature_*     no   (refused and audited)
     │   ├── MalformedEnvelopeError         signature_malformed
@@ -32,6 +34,8 @@ __all__ = [
     "BindingError",
     "ContractError",
     "CountersignError",
+    "DocumentError",
+    "DuplicateKeyError",
     "HashMismatchError",
     "InputError",
     "KeyRevokedError",
@@ -71,6 +75,36 @@ class ContractError(InputError):
     """A document does not satisfy its contract (GLOBAL_SPEC.md)."""
 
     code = "contract_invalid"
+
+
+class DocumentError(InputError):
+    """A document cannot be read as exactly one JSON/YAML value (``kernel.documents``).
+
+    The message names the document (``what``: a file path, "request body", ...) and, when known,
+    the place in it (``path``, e.g. ``$.plan.graph[0].args``).
+    """
+
+    code = "document_malformed"
+
+    def __init__(
+        self, message: str, *, what: str, path: str | None = None, line: int | None = None
+    ) -> None:
+        super().__init__(f"{what}: " + (f"{path}: " if path else "") + message)
+        self.what = what
+        self.path = path
+        self.line = line
+        self.detail = message
+
+
+class DuplicateKeyError(DocumentError):
+    """An object or mapping repeats a key: the document has two readings, so it has none."""
+
+    code = "document_duplicate_key"
+
+    def __init__(self, *, key: str, what: str, path: str, detail: str | None = None) -> None:
+        where = f" ({detail})" if detail else ""
+        super().__init__(f"key {key!r} appears more than once{where}", what=what, path=path)
+        self.key = key
 
 
 class RegistryFileError(InputError):

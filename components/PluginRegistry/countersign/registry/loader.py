@@ -5,23 +5,29 @@ Layout::
     registry/connectors/<connector id>.yaml   one Connector each (YAML or JSON)
     registry/intents/<intent name>.yaml       one IntentSpec each
 
-A broken file raises RegistryFileError naming the file and the field. The version is the sha256
-of the canonical JSON of every parsed file, so formatting and comments do not change it and any
-change of content does.
+A broken file raises RegistryFileError naming the file and the field. Files are parsed strictly
+(UTF-8, each key at most once per mapping: ``countersign.kernel.loads_yaml_strict``). The version
+is the sha256 of the canonical JSON of every parsed file, so formatting and comments do not change
+it and any change of content does.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import ValidationError
 
-from countersign.kernel import BindingError, RegistryFileError, content_hash
+from countersign.kernel import (
+    BindingError,
+    DocumentError,
+    RegistryFileError,
+    content_hash,
+    loads_strict,
+    loads_yaml_strict,
+)
 
 from .models import Connector, IntentSpec, Operation
 
@@ -70,19 +76,20 @@ class Registry:
 
 
 def _read(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8")
+    """One registry file, parsed strictly (UTF-8, no duplicate keys, no aliases, bounded depth:
+    ``countersign.kernel.loads_yaml_strict``), so a file has one reading; RegistryFileError names
+    the file and where."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise RegistryFileError(f"cannot read: {e.strerror}", file=str(path)) from e
     try:
         if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except json.JSONDecodeError as e:
-        raise RegistryFileError(
-            f"not JSON: {e.msg}", file=str(path), field=f"line {e.lineno}"
-        ) from e
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark is not None else None
-        raise RegistryFileError(f"not YAML: {e}", file=str(path), field=line) from e
+            return loads_strict(data, what=str(path))
+        return loads_yaml_strict(data, what=str(path))
+    except DocumentError as e:
+        where = e.path or (f"line {e.line}" if e.line is not None else None)
+        raise RegistryFileError(e.detail, file=str(path), field=where) from e
 
 
 def _validate(model: type[T], data: Any, source: str) -> T:

@@ -6,6 +6,10 @@ Invariants (Signer SPEC §2):
 - Verification canonicalizes the plan *as it was read* (not a re-parsed model), so a reformatted
   but identical plan verifies and any change of content — a value, an order, an added or removed
   key — fails.
+- The envelope is checked *as written* (SPEC promise 2): each field present and spelled exactly
+  as ``sign_plan`` writes it (no other letter case, offset, precision, base64 alphabet or
+  padding, no defaults filled in), and ``plan_hash`` present and equal to the recomputed hash.
+  A verifier that normalizes first accepts documents the signer never wrote.
 - Verification raises a typed error; it never returns a bool.
 """
 
@@ -115,16 +119,54 @@ def sign_plan(
     return SignatureEnvelope.model_validate(fields), digest, data
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_as_written(raw_env: Mapping[str, Any], envelope: SignatureEnvelope) -> None:
+    """Every envelope field present and spelled as ``sign_plan`` writes it (SPEC promise 2).
+
+    The model normalizes (upper-cases a ULID, moves a timestamp to UTC milliseconds, fills in
+    ``algo``); that normal form is the one spelling the signer writes, so anything else in the
+    document is refused rather than normalized into acceptance.
+    """
+    written = envelope.to_json()
+    for name, value in written.items():
+        if name not in raw_env:
+            raise MalformedEnvelopeError(
+                f"signature: missing field {name!r} (the signer always writes it)"
+            )
+        found = raw_env[name]
+        if type(found) is not type(value) or found != value:
+            raise MalformedEnvelopeError(
+                f"signature.{name}: found {_short(found)}, expected {_short(value)} "
+                "(the one spelling the signer writes for this value)"
+            )
+    sig = written["signature"]
+    try:
+        canonical = base64.b64encode(base64.b64decode(sig, validate=True)).decode("ascii")
+    except (binascii.Error, ValueError) as e:
+        raise MalformedEnvelopeError(f"signature.signature: not base64: {e}") from e
+    if canonical != sig:
+        raise MalformedEnvelopeError(
+            f"signature.signature: found {_short(sig)}, expected {_short(canonical)} "
+            "(standard base64 with zero padding bits, as the signer writes it)"
+        )
+
+
 def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
-    """Verify a signed-plan document as read from JSON.
+    """Verify a signed-plan document as read from JSON (parse it with ``loads_strict``).
 
     Args:
-        document: decoded JSON: ``{"plan": {...}, "signature": {...}, "plan_hash": "..."}``
-            (``plan_hash`` optional; when present it must match).
+        document: decoded JSON: ``{"plan": {...}, "signature": {...}, "plan_hash": "..."}``.
+            All three are required; the envelope and ``plan_hash`` must be exactly as
+            ``sign_plan`` wrote them.
         keys: where to find the verify key named by ``signature.pubkey_id``.
 
     Raises:
-        MalformedEnvelopeError: not a signed-plan document, or the envelope breaks its schema.
+        MalformedEnvelopeError: not a signed-plan document, the envelope breaks its schema or is
+            not spelled as the signer writes it, or ``plan_hash`` is missing or not a string.
         HashMismatchError: the stated ``plan_hash`` is not the hash of the plan.
         UnknownKeyError / KeyRevokedError: from ``keys``.
         BadSignatureError: the signature does not hold over this plan.
@@ -140,19 +182,26 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
         raise MalformedEnvelopeError("signed plan has no 'plan' object")
     if not isinstance(raw_env, Mapping):
         raise MalformedEnvelopeError("signed plan has no 'signature' object")
+    if "plan_hash" not in document:
+        raise MalformedEnvelopeError("signed plan has no 'plan_hash' (the signer always writes it)")
+    stated = document["plan_hash"]
+    if not isinstance(stated, str):
+        raise MalformedEnvelopeError(
+            f"plan_hash: found {_short(stated)}, expected a string of 64 lower-case hex digits"
+        )
     try:
         envelope = parse_contract(SignatureEnvelope, raw_env, what="signature")
     except ContractError as e:
         raise MalformedEnvelopeError(e.message) from e
+    _check_as_written(raw_env, envelope)
     try:
         data = canonical_bytes(raw_plan)
     except ContractError as e:
         raise MalformedEnvelopeError(f"plan cannot be canonicalized: {e.message}") from e
     digest = sha256_hex(data)
-    stated = document.get("plan_hash")
-    if stated is not None and stated != digest:
+    if stated != digest:
         raise HashMismatchError(
-            f"plan_hash {str(stated)[:16]}… stated, {digest[:16]}… computed from the plan"
+            f"plan_hash {stated[:16]}… stated, {digest[:16]}… computed from the plan"
         )
     verify_key = keys.verify_key(envelope.pubkey_id)
     try:

@@ -29,10 +29,12 @@ from pydantic import Field
 from countersign.kernel import (
     Contract,
     ContractError,
+    DocumentError,
     KeyRevokedError,
     KeyRingError,
     UnknownKeyError,
     UtcDatetime,
+    loads_strict,
     parse_contract,
 )
 
@@ -112,11 +114,13 @@ class KeyRing:
         """
         path = folder / _RING
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = loads_strict(path.read_bytes(), what=str(path))
         except FileNotFoundError as e:
             raise KeyRingError(f"no key ring in {folder}; run 'countersign keys init' first") from e
-        except (OSError, ValueError) as e:
+        except OSError as e:
             raise KeyRingError(f"cannot read key ring {path}: {e}") from e
+        except DocumentError as e:
+            raise KeyRingError(f"cannot read key ring: {e.message}") from e
         try:
             ring_file = parse_contract(_RingFile, raw, what=str(path))
         except ContractError as e:

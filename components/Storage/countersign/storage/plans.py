@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from countersign.kernel import Plan, SignatureEnvelope, sha256_hex
+from countersign.kernel import Plan, SignatureEnvelope, loads_strict, sha256_hex
 
 from .db import Database
 from .errors import PlanConflictError, StorageInputError
@@ -128,7 +128,7 @@ class PlanStore:
         if row is None:
             return None
         return {
-            "plan": json.loads(row["canonical"]),
+            "plan": loads_strict(row["canonical"], what=f"stored plan {plan_id}"),
             "signature": row["envelope"],
             "plan_hash": row["plan_hash"],
         }
