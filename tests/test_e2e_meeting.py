@@ -571,11 +571,28 @@ def test_write_that_timed_out_or_got_5xx_arrives_once_and_is_unknown(
                     await _executor(stack, transport).execute(
                         doc, user_id=ALICE, tokens={"gate-A": _approve(stack, doc, slot)}
                     )
+                assert [m for m, _ in proxy.writes()] == ["PUT"]
+                # n8n's execution record says what happened: the late 201 settles the key as
+                # completed (the next execute answers it from the ledger); a provider 500 proves
+                # nothing, so the key stays unknown for a person
+                settled = await _executor(stack, transport).reconcile(
+                    doc, user_id=ALICE, settle_after_s=0
+                )
+                assert settled == {5: "completed" if mode == "slow" else "unknown"}
+                if mode == "slow":
+                    report = await _executor(stack, transport).execute(
+                        doc, user_id=ALICE, tokens={"gate-A": _approve(stack, doc, slot)}
+                    )
+                    assert [(w.step, w.status) for w in report.wrappers] == [
+                        (5, "skipped"),
+                        (6, "created"),
+                        (7, "created"),
+                    ]
 
         asyncio.run(go())
         assert [m for m, _ in proxy.writes()] == ["PUT"]
-        assert _key_state(stack, doc, 5) == "unknown"
-        assert len(stack.events()) == 1 and stack.mails() == 0
+        assert _key_state(stack, doc, 5) == ("completed" if mode == "slow" else "unknown")
+        assert len(stack.events()) == 1 and stack.mails() == (2 if mode == "slow" else 0)
     finally:
         proxy.close()
 
@@ -691,3 +708,27 @@ def test_registry_edited_after_signing_is_refused_before_anything_runs(
             {"p": doc["plan"]["plan_id"]},
         ).scalars()
         assert sorted(reasons) == ["plan_expired", "registry_changed", "registry_changed"]
+
+
+def test_reconcile_settles_a_key_n8n_never_ran_as_failed(stack: Stack) -> None:
+    """An ``unknown`` key whose request never produced an n8n execution (lost before n8n took
+    it) is ``failed`` after reconciliation: it may be sent again with a new approval."""
+    from countersign.steps import idempotency_key
+
+    doc = _signed(stack.registry, stack.keyring)
+    ledger = IdempotencyLedger(stack.db)
+    key = idempotency_key(doc["plan"]["plan_id"], 5, {"never": "sent"})
+    from countersign.kernel import content_hash
+
+    ledger.claim(key, content_hash({"never": "sent"}), owner="t")
+    ledger.mark_sent(key, owner="t")
+    ledger.mark_unknown(key, "ReadTimeout", owner="t")
+
+    async def go() -> dict[int, str]:
+        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
+            return await _executor(stack, N8nTransport(client)).reconcile(
+                doc, user_id=ALICE, settle_after_s=0
+            )
+
+    assert asyncio.run(go()) == {5: "failed"}
+    assert ledger.state(key)["state"] == "failed"  # type: ignore[index]

@@ -20,7 +20,7 @@ from ulid import ULID
 
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
-from countersign.binding import resolve_refs
+from countersign.binding import normalize_output, resolve_refs
 from countersign.kernel import (
     BindingError,
     CountersignError,
@@ -28,9 +28,11 @@ from countersign.kernel import (
     ExecuteWrapper,
     Plan,
     PlanStep,
+    content_hash,
 )
 from countersign.preview import (
     N8nStepRunner,
+    N8nTransport,
     StepFailedError,
     StepTransport,
     StoreRecorder,
@@ -41,14 +43,16 @@ from countersign.preview import (
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan
 from countersign.steps import (
+    Attempt,
     Replay,
     WriteFailedError,
     WriteProtocol,
+    classify,
     compensation_steps,
     idempotency_key,
 )
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
-from countersign.workflowbuilder import CredentialRef
+from countersign.workflowbuilder import CredentialRef, build_workflow_for_step
 
 from .core import Change, StaleWorldError, WriteSpec, stale_changes, write_specs
 
@@ -254,6 +258,97 @@ class Executor:
             details={"workflow_id": workflow_id, "steps": durable},
         )
         return ExecuteReport(plan.plan_id, "handed_off", workflow_id=workflow_id)
+
+    # ---- reconciliation -------------------------------------------------------------------------
+    async def reconcile(
+        self, document: Any, *, user_id: str, settle_after_s: float = 30.0
+    ) -> dict[int, str]:
+        """Settle the plan's writes whose outcome is ``unknown`` from what n8n recorded: the
+        execution of the step's workflow that carried this key (matched by plan id, step and the
+        hash of its arguments) says whether the provider answered and how. No execution at all,
+        ``settle_after_s`` after the send, means n8n never ran it: ``failed`` (safe to send again
+        with a new approval). A node that errored after the request may have left stays
+        ``unknown`` for a person. Each settlement is audited by the ledger; returns
+        ``{step: completed | failed | unknown}``.
+        """
+        verified = verify_or_audit(
+            document,
+            keys=self.keys,
+            recorder=self.recorder,
+            actor=user_id,
+            registry=self.registry,
+            now=self.clock(),
+        )
+        plan = verified.plan
+        if plan.intent.user_id != user_id:
+            raise ExecuteRefusedError(f"plan {plan.plan_id} belongs to another user")
+        if not isinstance(self.transport, N8nTransport):
+            raise ExecuteRefusedError("reconciliation reads n8n's executions: no n8n transport")
+        out: dict[int, str] = {}
+        now = self.clock()
+        for row in self.ledger.unknown_keys(plan.plan_id):
+            key = str(row["key"])
+            _, step_no, arg_hash = key.split(":", 2)
+            if not step_no.isdigit() or int(step_no) > len(plan.graph):
+                continue  # compensation keys are settled by a person
+            step = plan.step(int(step_no))
+            wf = build_workflow_for_step(
+                plan, verified.plan_hash, step, self.registry, credentials=self.credentials
+            )
+            node_name = f"{step.uses}.{step.call}"
+            runs = await self.transport.executions_of(str(wf.workflow["name"]))
+            match = [e for e in runs if _trigger_body_matches(e, plan.plan_id, step.step, arg_hash)]
+            verdict = "unknown"
+            result: Any = None
+            if not match:
+                sent = row.get("sent_at") or row.get("updated_at")
+                if sent is not None and (now - sent).total_seconds() >= settle_after_s:
+                    verdict = "failed"
+            else:
+                e = match[0]
+                node_runs = _run_data(e).get(node_name)
+                if e.get("status") in {"running", "waiting", "new"}:
+                    verdict = "unknown"
+                elif not node_runs:
+                    verdict = "failed"  # the execution stopped before the node that sends
+                else:
+                    item = _first_item(node_runs[0])
+                    if item is not None and not node_runs[0].get("error"):
+                        op = self.registry.op(step.uses, step.call)
+                        args = _body_args(e)
+                        output = normalize_output(op.output, item, args)
+                        status = item.get("statusCode")
+                        attempt = Attempt(
+                            "answered",
+                            status=status if isinstance(status, int) else None,
+                            output=output,
+                        )
+                        natural = op.idempotency is not None and op.idempotency.via == "natural_key"
+                        verdict = classify(attempt, natural_key=natural)
+                        result = {
+                            "output": output,
+                            "status": attempt.status,
+                            "deduplicated": verdict == "deduplicated",
+                            "id": output.get("id") if isinstance(output, Mapping) else None,
+                        }
+            if verdict in {"completed", "deduplicated"}:
+                self.ledger.reconcile(
+                    key,
+                    outcome="completed",
+                    result=result,
+                    actor=f"n8n execution {match[0].get('id')}",
+                )
+                self.recorder.plans.set_step(
+                    plan.plan_id, step.step, "done", output=result["output"]
+                )
+                out[step.step] = "completed"
+            elif verdict == "failed":
+                who = f"n8n execution {match[0].get('id')}" if match else "n8n: no execution"
+                self.ledger.reconcile(key, outcome="failed", actor=who)
+                out[step.step] = "failed"
+            else:
+                out[step.step] = "unknown"
+        return out
 
     # ---- gates ----------------------------------------------------------------------------------
     def _prove_gates(
@@ -611,3 +706,45 @@ def _gate_step(plan: Plan, gate: str) -> int:
         if s.gate_id == gate:
             return s.step
     raise ExecuteRefusedError(f"plan {plan.plan_id} has no gate {gate}")
+
+
+def _run_data(execution: Mapping[str, Any]) -> dict[str, Any]:
+    data = execution.get("data") or {}
+    run = (data.get("resultData") or {}).get("runData") or {}
+    return run if isinstance(run, dict) else {}
+
+
+def _first_item(node_run: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        item = node_run["data"]["main"][0][0]["json"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return item if isinstance(item, dict) else None
+
+
+def _trigger_body(execution: Mapping[str, Any]) -> dict[str, Any]:
+    for name, runs in _run_data(execution).items():
+        if name == "Trigger" and runs:
+            item = _first_item(runs[0])
+            body = item.get("body") if item else None
+            return body if isinstance(body, dict) else {}
+    return {}
+
+
+def _body_args(execution: Mapping[str, Any]) -> dict[str, Any]:
+    args = _trigger_body(execution).get("args")
+    return args if isinstance(args, dict) else {}
+
+
+def _trigger_body_matches(
+    execution: Mapping[str, Any], plan_id: str, step: int, arg_hash: str
+) -> bool:
+    body = _trigger_body(execution)
+    found = body.get("plan")
+    plan: dict[str, Any] = found if isinstance(found, dict) else {}
+    return (
+        plan.get("plan_id") == plan_id
+        and plan.get("step") == step
+        and isinstance(body.get("args"), dict)
+        and content_hash(body["args"]) == arg_hash
+    )

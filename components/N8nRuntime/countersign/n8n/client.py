@@ -180,10 +180,17 @@ class N8nClient:
 
     # ---- executions -----------------------------------------------------------------------------
     async def list_executions(
-        self, *, workflow_id: str | None = None, status: str | None = None, limit: int = 100
+        self,
+        *,
+        workflow_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        include_data: bool = False,
     ) -> list[dict[str, Any]]:
-        """Recent executions (one page)."""
+        """Recent executions (one page), with their run data when asked."""
         params: dict[str, Any] = {"limit": limit}
+        if include_data:
+            params["includeData"] = "true"
         if workflow_id is not None:
             params["workflowId"] = workflow_id
         if status is not None:

@@ -48,6 +48,16 @@ class N8nTransport:
                 await self.client.activate(wid)
             self._ids[name] = wid
 
+    async def executions_of(self, name: str) -> list[dict[str, Any]]:
+        """The recorded executions (with their data) of the step workflow called ``name``;
+        empty when no such workflow was ever deployed."""
+        found = await self.client.list_workflows(name=name)
+        if not found:
+            return []
+        return await self.client.list_executions(
+            workflow_id=str(found[0]["id"]), limit=250, include_data=True
+        )
+
     async def call(
         self, path: str, body: Mapping[str, Any], *, write: bool = False
     ) -> Mapping[str, Any]:

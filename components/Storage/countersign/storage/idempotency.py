@@ -258,6 +258,18 @@ class IdempotencyLedger:
                 },
             )
 
+    def unknown_keys(self, plan_id: str) -> list[dict[str, Any]]:
+        """The plan's keys waiting for reconciliation (rows, oldest first)."""
+        with self.db.tx() as c:
+            rows = c.execute(
+                text(
+                    "SELECT * FROM idempotency_keys WHERE key LIKE :p AND state = 'unknown' "
+                    "ORDER BY updated_at"
+                ),
+                {"p": plan_id.replace("%", "").replace("_", "") + ":%"},
+            ).all()
+        return [dict(r._mapping) for r in rows]
+
     def state(self, key: str) -> dict[str, Any] | None:
         """The key's row (for status pages and tests)."""
         with self.db.tx() as c:
