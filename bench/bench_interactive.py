@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -36,7 +37,7 @@ from countersign.planner import make_plan
 from countersign.preview import N8nTransport, StoreRecorder, run_preview
 from countersign.registry import load_registry
 from countersign.signer import KeyRing, sign_plan
-from countersign.storage import Database, embedded_url
+from countersign.storage import Database, embedded_server
 
 
 def _now_utc() -> str:
@@ -110,7 +111,8 @@ async def main_async(n: int) -> None:
     slow = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
     threading.Thread(target=slow.serve_forever, daemon=True).start()
     slow_url = f"http://127.0.0.1:{slow.server_address[1]}"
-    db = Database.from_url(embedded_url(tmp / "pg"))
+    pg = contextlib.ExitStack()  # stops the throw-away server in the finally below
+    db = Database.from_url(pg.enter_context(embedded_server(tmp / "pg")))
     registry = load_registry(source_registry_dir())
     ring = KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=time_now())
     settings = {"caldav_base_url": radicale.base_url, "smtp_from": "cs@example.com"}
@@ -264,6 +266,8 @@ async def main_async(n: int) -> None:
         stop(tmp / "n8n")
         rproc.terminate()
         slow.shutdown()
+        db.dispose()
+        pg.close()
 
     print(
         f"machine: {machine()}; n8n 2.41.1 on Node 24, expression engine {engine or 'default (vm)'}; loopback; n={n}\n"

@@ -7,6 +7,7 @@ Run: ``.venv/bin/python bench/bench_storage.py [--n 500]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import threading
@@ -18,7 +19,7 @@ from common import machine, summary
 
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
-from countersign.storage import Database, IdempotencyLedger, embedded_url
+from countersign.storage import Database, IdempotencyLedger, embedded_server
 
 PLAN = "01JDQ3Z0000000000000000001"
 
@@ -27,7 +28,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=500)
     n = ap.parse_args().n
-    db = Database.from_url(embedded_url(Path(tempfile.mkdtemp()) / "pg"))
+    pg = contextlib.ExitStack()  # stops the throw-away server at the end
+    db = Database.from_url(pg.enter_context(embedded_server(Path(tempfile.mkdtemp()) / "pg")))
     approvals = Approvals(db)
     ledger = IdempotencyLedger(db)
     audit = AuditLog()
@@ -145,6 +147,8 @@ def main() -> None:
     print(f"| append_many, bursts of 10 (one transaction each) | {rate_many10:,.0f} |")
     print(f"| append_many, bursts of 100 (one transaction each) | {rate_many100:,.0f} |")
     print(f"| verify the whole chain ({report.rows} rows) | {report.rows / verify_s:,.0f} |")
+    db.dispose()
+    pg.close()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -44,7 +45,7 @@ from countersign.n8n import free_port
 from countersign.planner import make_plan
 from countersign.registry import load_registry
 from countersign.signer import KeyRing, sign_plan
-from countersign.storage import Database, embedded_url
+from countersign.storage import Database, embedded_server
 
 
 def _now_utc() -> str:
@@ -97,7 +98,8 @@ async def main_async(idle: int, cache: int) -> None:
     ThreadingHTTPServer.request_queue_size = 256  # 32 activity threads; the default 5 drops some
     visa = ThreadingHTTPServer(("127.0.0.1", 0), Visa)
     threading.Thread(target=visa.serve_forever, daemon=True).start()
-    db = Database.from_url(embedded_url(tmp / "pg"))
+    pg = contextlib.ExitStack()  # stops the throw-away server in the finally below
+    db = Database.from_url(pg.enter_context(embedded_server(tmp / "pg")))
     registry = load_registry(source_registry_dir())
     ring = KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=datetime.now(UTC))
     acts = DurableActivities(
@@ -290,6 +292,8 @@ async def main_async(idle: int, cache: int) -> None:
     finally:
         temporal_stop(tmp / "temporal")
         visa.shutdown()
+        db.dispose()
+        pg.close()
     print(f"machine: {machine()}; Temporal dev server 1.32 (SQLite), worker in this process\n")
     print("| measure | result |")
     print("| --- | --- |")

@@ -1,6 +1,6 @@
 """Storage: PostgreSQL (+pgvector) for signed plans, approvals, the idempotency ledger, history."""
 
-from .db import Database, alembic_config, embedded_url
+from .db import Database, alembic_config, embedded_server, embedded_url
 from .errors import (
     IdempotencyMismatchError,
     InProgressError,
@@ -28,5 +28,6 @@ __all__ = [
     "StorageError",
     "StorageInputError",
     "alembic_config",
+    "embedded_server",
     "embedded_url",
 ]

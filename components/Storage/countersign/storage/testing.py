@@ -1,6 +1,7 @@
 """Pytest plugin: one embedded PostgreSQL (or ``DATABASE_URL``) for the whole run.
 
-``pg_url`` (session): the database URL, migrated to head. ``db`` (per test): a ``Database`` on
+``pg_url`` (session): the database URL, migrated to head; the embedded server it started is
+stopped when the session ends (no postgres process outlives the test run). ``db`` (per test): a ``Database`` on
 it with every table emptied and the audit chain reset, so tests do not see each other's rows.
 Because the fixture empties tables, it never uses ``DATABASE_URL`` (a developer's real database);
 an external test database is opted into with ``COUNTERSIGN_TEST_DATABASE_URL``.
@@ -8,13 +9,14 @@ an external test database is opted into with ``COUNTERSIGN_TEST_DATABASE_URL``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
 
-from .db import Database, embedded_url
+from .db import Database, embedded_server
 
 __all__ = ["db", "pg_url"]
 
@@ -27,12 +29,15 @@ _TABLES = (
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PostgreSQL with pgvector, migrated; embedded unless COUNTERSIGN_TEST_DATABASE_URL is set."""
-    url = os.environ.get("COUNTERSIGN_TEST_DATABASE_URL") or embedded_url(
-        tmp_path_factory.mktemp("pg")
-    )
-    database = Database.from_url(url)
-    database.dispose()
-    yield url
+    external = os.environ.get("COUNTERSIGN_TEST_DATABASE_URL")
+    with (
+        contextlib.nullcontext(external)
+        if external
+        else embedded_server(tmp_path_factory.mktemp("pg"))
+    ) as url:
+        database = Database.from_url(url)
+        database.dispose()
+        yield url
 
 
 @pytest.fixture
