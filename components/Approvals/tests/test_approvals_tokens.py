@@ -163,3 +163,22 @@ def test_bad_input_leaves_no_rows(db: Database, override: dict[str, Any]) -> Non
     with db.tx() as c:
         assert c.execute(text("SELECT count(*) FROM approval_tokens")).scalar() == 0
         assert c.execute(text("SELECT count(*) FROM audit_log")).scalar() == 0
+
+
+def test_a_token_lives_no_longer_than_the_policy_or_the_plan(db: Database) -> None:
+    """Policy.approval_ttl_s and the plan's own expiry bound every token (issue 10, hole 4:
+    both were stored, neither was checked)."""
+    t0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    now = [t0]
+    a = Approvals(db, clock=lambda: now[0], max_ttl_s=120)
+    with pytest.raises(InputError, match="exceeds the policy's approval_ttl_s 120"):
+        _issue(a, ttl_s=121)
+    with pytest.raises(InputError, match="expired"):
+        _issue(a, ttl_s=60, not_after=t0)
+    # the plan expires in 30 s: a 120 s token still ends with the plan
+    token = _issue(a, ttl_s=120, not_after=t0 + timedelta(seconds=30))
+    now[0] = t0 + timedelta(seconds=31)
+    with pytest.raises(TokenExpiredError):
+        _redeem(a, token)
+    with db.tx() as c:
+        assert c.execute(text("SELECT count(*) FROM approval_tokens")).scalar_one() == 1

@@ -39,7 +39,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from countersign.audit import AuditLog
-from countersign.kernel import ApprovalToken, InputError
+from countersign.kernel import ApprovalToken, InputError, Policy
 from countersign.storage import Database
 
 from .errors import (
@@ -97,10 +97,13 @@ class Approvals:
         *,
         clock: Callable[[], datetime] | None = None,
         audit: AuditLog | None = None,
+        max_ttl_s: int | None = None,
     ) -> None:
         self.db = db
         self._clock = clock or (lambda: datetime.now(UTC))
         self._audit = audit or AuditLog(clock=self._clock)
+        #: the Policy's ``approval_ttl_s``: no token lives longer (default: the default Policy's)
+        self.max_ttl_s = max_ttl_s if max_ttl_s is not None else Policy().approval_ttl_s
 
     @staticmethod
     def _check(plan_id: str, plan_hash: str, gate_id: str, user_id: str) -> None:
@@ -123,19 +126,35 @@ class Approvals:
         scopes: Sequence[str],
         ttl_s: int,
         choice: Any = None,
+        not_after: datetime | None = None,
     ) -> ApprovalToken:
         """The person approved this gate (with an optional choice): a token to execute with.
 
+        The token expires after ``ttl_s``, at most the Policy's ``approval_ttl_s``, and never
+        after ``not_after`` (the plan's own expiry, when the caller knows it).
+
         Raises:
-            InputError: malformed ids or ``ttl_s`` (before any SQL).
+            InputError: malformed ids, ``ttl_s`` over the policy, or a plan already expired
+                (before any SQL).
             GateRejectedError: the gate was rejected (audited as ``token_issue_refused``).
         """
         self._check(plan_id, plan_hash, gate_id, user_id)
         if not 1 <= ttl_s <= 86400:
             raise InputError(f"approval ttl_s {ttl_s} must be between 1 and 86400 seconds")
+        if ttl_s > self.max_ttl_s:
+            raise InputError(
+                f"approval ttl_s {ttl_s} exceeds the policy's approval_ttl_s {self.max_ttl_s}"
+            )
         token = "cst_" + secrets.token_urlsafe(32)
         now = self._clock()
         exp = now + timedelta(seconds=ttl_s)
+        if not_after is not None:
+            if not_after <= now:
+                raise InputError(
+                    f"plan {plan_id} expired at {not_after.isoformat()}: no approval can be "
+                    "issued for it; plan again"
+                )
+            exp = min(exp, not_after)
         th = token_hash(token)
         with self.db.tx() as c:
             _lock_gate(c, plan_id, gate_id)
