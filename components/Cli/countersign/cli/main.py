@@ -39,9 +39,10 @@ from countersign.n8n import status as n8n_status
 from countersign.n8n import stop as n8n_stop
 from countersign.n8n.cli import app as n8n_app
 from countersign.planner import make_plan
+from countersign.preview import StoreRecorder
 from countersign.registry import load_registry
 from countersign.signer import KeyRing, fresh_seed, open_keyring, sign_plan, verify_signed_plan
-from countersign.storage import Database, PlanStore
+from countersign.storage import Database
 from countersign.storage.cli import app as db_app
 
 __all__ = ["app", "main"]
@@ -251,11 +252,17 @@ def up_cmd(
         Path | None, typer.Option("--intent", help="Intent to plan (default: the meeting example).")
     ] = None,
     services: Annotated[
-        bool, typer.Option("--services/--no-services", help="Start PostgreSQL, n8n and Temporal.")
+        bool,
+        typer.Option(
+            "--services/--no-services",
+            help="Start PostgreSQL, n8n and Temporal (--no-services: start nothing; the plan is "
+            "still stored when DATABASE_URL names an external database).",
+        ),
     ] = True,
 ) -> None:
     """Start the embedded stack (PostgreSQL + pgvector, n8n, Temporal) and run the main job:
-    plan, sign, verify and store an intent. Prints where everything is."""
+    plan, sign, verify and store an intent (with its ``plan_signed`` audit row, through the same
+    store path as preview and execute). Prints where everything is."""
 
     def body() -> None:
         settings = Settings()
@@ -270,14 +277,15 @@ def up_cmd(
         typer.echo(f"registry ok: version {reg.version[:16]}…", err=True)
         ring = open_keyring(settings, now=_now(), create=True)
         typer.echo(f"key ring ok: active key {ring.active()[0]} in {settings.keys_dir}", err=True)
-        store: PlanStore | None = None
-        if services:
+        recorder: StoreRecorder | None = None
+        if services or settings.database_url is not None:
             db = Database.open(settings)
-            store = PlanStore(db)
+            recorder = StoreRecorder(db)
             typer.echo(
                 f"database ok: schema {db.current_revision()} ({'external' if settings.database_url else settings.home / 'pg'})",
                 err=True,
             )
+        if services:
             n8n_dir = settings.home / "n8n"
             if not n8n_status(n8n_dir).get("healthy"):
                 n8n_start(
@@ -294,11 +302,14 @@ def up_cmd(
             _print_json(doc)
             raise typer.Exit(EXIT_NEEDS)
         verified = verify_signed_plan(doc, keys=ring)
-        if store is not None:
-            store.save_signed(
-                verified.plan, verified.envelope, verified.plan_hash, verified.canonical
+        if recorder is not None:
+            # the one store path that writes the plan_signed audit row with the plan (Audit SPEC)
+            recorder.remember(verified, actor=verified.plan.intent.user_id)
+            typer.echo(f"signed, verified and stored plan {verified.plan.plan_id}", err=True)
+        else:
+            typer.echo(
+                f"signed, verified plan {verified.plan.plan_id} (not stored: no database)", err=True
             )
-        typer.echo(f"signed, verified and stored plan {verified.plan.plan_id}", err=True)
         _print_json(doc)
 
     _guard(body)
