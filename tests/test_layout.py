@@ -69,3 +69,33 @@ def test_test_file_basenames_are_unique() -> None:
     names = Counter(p.name for p in ROOT.glob("**/test_*.py") if ".venv" not in p.parts)
     dupes = [n for n, c in names.items() if c > 1]
     assert not dupes, dupes
+
+
+def _asserts_in_production_code() -> list[str]:
+    """Every ``assert`` statement in ``components/*/countersign`` outside the modules the root
+    conftest loads as pytest plugins (test code: pytest rewrites their asserts, nothing in
+    production imports them)."""
+    conftest = ast.parse((ROOT / "conftest.py").read_text())
+    plugins = {
+        elt.value
+        for node in ast.walk(conftest)
+        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.List)
+        for elt in node.value.elts
+        if isinstance(elt, ast.Constant) and isinstance(elt.value, str)
+    }
+    found = []
+    for comp in COMPONENTS:
+        for path in sorted((comp / "countersign").rglob("*.py")):
+            module = ".".join(path.relative_to(comp).with_suffix("").parts)
+            if module in plugins:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Assert):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_production_code_never_asserts() -> None:
+    """``python -O`` drops ``assert``, so a check in production code is an explicit ``if`` that
+    raises a ``CountersignError`` subclass (``ApplicationError`` in Temporal workflow code)."""
+    assert _asserts_in_production_code() == []

@@ -46,14 +46,12 @@ def render_data(
     out: dict[str, Any] = {}
     for path, b in node.data.items():
         if b.kind == "arg":
-            assert b.name is not None
-            out[path] = args[b.name]
+            out[path] = args[_required(b.name, "an argument name", where, path)]
         elif b.kind == "setting":
-            assert b.name is not None
-            out[path] = _setting(settings, b.name, where)
+            out[path] = _setting(settings, _required(b.name, "a setting name", where, path), where)
         elif b.kind == "template":
-            assert b.template is not None
-            out[path] = _fill(b.template, args, settings, url=path == "url", where=where)
+            template = _required(b.template, "a template", where, path)
+            out[path] = _fill(template, args, settings, url=path == "url", where=where)
         elif b.kind == "fn":
             values = {k: args.get(src) for k, src in b.fn_args.items()}
             if b.fn == "ics_event":
@@ -90,6 +88,14 @@ def _header_value_path(node: BoundNode, name: str) -> str:
     raise BindingError(
         f"step {node.step}: the registry declares no {name!r} header to carry the key"
     )
+
+
+def _required(value: str | None, what: str, where: str, path: str) -> str:
+    """A field the binding's kind needs (``resolve_step`` always fills it; a hand-built node may
+    not): an explicit check, not an ``assert`` that ``python -O`` would drop."""
+    if value is None:
+        raise BindingError(f"{where}: parameter {path} needs {what}, found none")
+    return value
 
 
 def _setting(settings: Mapping[str, str], name: str, where: str) -> str:

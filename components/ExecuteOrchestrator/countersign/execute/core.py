@@ -99,11 +99,10 @@ def write_specs(plan: Plan, registry: Registry) -> list[WriteSpec]:
         if op.safety != "write":
             continue
         anc = _ancestors(plan, s.step)
-        gates = [a for a in anc if plan.step(a).gate_id]
+        gates = [(a, g) for a in anc if (g := plan.step(a).gate_id)]
         if not gates:
             raise CountersignError(f"plan {plan.plan_id}: write step {s.step} has no gate")
-        gate = plan.step(max(gates)).gate_id
-        assert gate is not None
+        gate = max(gates)[1]
         reads = tuple(
             sorted(
                 a
