@@ -360,13 +360,12 @@ class DurableActivities:
     def _compensation_row(
         self, plan: Plan, original: int, op: str, actor: str, status: str, reason: str | None
     ) -> None:
-        self._audit(
-            kind="step_compensated",
-            status=status,
-            actor=actor,
+        self._writes().compensated(
             plan_id=plan.plan_id,
-            step=original,
+            original=original,
             op=op,
+            actor=actor,
+            status=status,
             reason=reason,
         )
 

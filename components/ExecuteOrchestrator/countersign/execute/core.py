@@ -18,6 +18,7 @@ __all__ = [
     "Change",
     "StaleWorldError",
     "WriteSpec",
+    "ancestors",
     "stale_changes",
     "write_specs",
 ]
@@ -80,7 +81,8 @@ class WriteSpec:
     reads: tuple[int, ...]
 
 
-def _ancestors(plan: Plan, n: int) -> set[int]:
+def ancestors(plan: Plan, n: int) -> set[int]:
+    """Every step ``n`` depends on, directly or not."""
     out: set[int] = set()
     stack = list(plan.step(n).after)
     while stack:
@@ -98,7 +100,7 @@ def write_specs(plan: Plan, registry: Registry) -> list[WriteSpec]:
         op = registry.op(s.uses, s.call, step=s.step)
         if op.safety != "write":
             continue
-        anc = _ancestors(plan, s.step)
+        anc = ancestors(plan, s.step)
         gates = [(a, g) for a in anc if (g := plan.step(a).gate_id)]
         if not gates:
             raise CountersignError(f"plan {plan.plan_id}: write step {s.step} has no gate")

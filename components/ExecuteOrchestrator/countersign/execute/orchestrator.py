@@ -54,7 +54,7 @@ from countersign.steps import (
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 from countersign.workflowbuilder import CredentialRef, build_workflow_for_step
 
-from .core import Change, StaleWorldError, WriteSpec, stale_changes, write_specs
+from .core import Change, StaleWorldError, WriteSpec, ancestors, stale_changes, write_specs
 
 __all__ = ["ExecuteRefusedError", "ExecuteReport", "Executor"]
 
@@ -115,21 +115,8 @@ class Executor:
         with self.db.tx() as c:
             self.audit.append(c, entry)
 
-    async def execute(
-        self, document: Any, *, user_id: str, tokens: Mapping[str, str] | None = None
-    ) -> ExecuteReport:
-        """Execute the plan's interactive writes.
-
-        Raises:
-            SignatureError: refused and audited; nothing ran.
-            PlanNotCurrentError: registry changed since signing, or the plan expired; refused
-                and audited; nothing ran.
-            ExecuteRefusedError: another user's plan, a missing token, no preview, durable writes.
-            ApprovalError (subclasses): a token that does not prove the gate; nothing ran.
-            StaleWorldError: what the writes depend on changed since the preview; nothing written.
-            StepFailedError / OutcomeUnknownError: a write failed (compensated) or its outcome is
-                unknown (waiting for reconciliation).
-        """
+    def _verified_for(self, document: Any, user_id: str) -> VerifiedPlan:
+        """Signature, registry version and TTL (audited refusals), then the plan's owner."""
         verified = verify_or_audit(
             document,
             keys=self.keys,
@@ -148,6 +135,25 @@ class Executor:
                 reason="plan belongs to another user",
             )
             raise ExecuteRefusedError(f"plan {plan.plan_id} belongs to another user")
+        return verified
+
+    async def execute(
+        self, document: Any, *, user_id: str, tokens: Mapping[str, str] | None = None
+    ) -> ExecuteReport:
+        """Execute the plan's interactive writes.
+
+        Raises:
+            SignatureError: refused and audited; nothing ran.
+            PlanNotCurrentError: registry changed since signing, or the plan expired; refused
+                and audited; nothing ran.
+            ExecuteRefusedError: another user's plan, a missing token, no preview, durable writes.
+            ApprovalError (subclasses): a token that does not prove the gate; nothing ran.
+            StaleWorldError: what the writes depend on changed since the preview; nothing written.
+            StepFailedError / OutcomeUnknownError: a write failed (compensated) or its outcome is
+                unknown (waiting for reconciliation).
+        """
+        verified = self._verified_for(document, user_id)
+        plan = verified.plan
         self.recorder.remember(verified, actor=user_id)
         specs = write_specs(plan, self.registry)
         durable = [w.step for w in specs if plan.step(w.step).mode != "interactive"]
@@ -271,17 +277,8 @@ class Executor:
         ``unknown`` for a person. Each settlement is audited by the ledger; returns
         ``{step: completed | failed | unknown}``.
         """
-        verified = verify_or_audit(
-            document,
-            keys=self.keys,
-            recorder=self.recorder,
-            actor=user_id,
-            registry=self.registry,
-            now=self.clock(),
-        )
+        verified = self._verified_for(document, user_id)
         plan = verified.plan
-        if plan.intent.user_id != user_id:
-            raise ExecuteRefusedError(f"plan {plan.plan_id} belongs to another user")
         if not isinstance(self.transport, N8nTransport):
             raise ExecuteRefusedError("reconciliation reads n8n's executions: no n8n transport")
         out: dict[int, str] = {}
@@ -589,13 +586,12 @@ class Executor:
         status: str,
         reason: str | None,
     ) -> None:
-        self._audit(
-            kind="step_compensated",
-            status=status,
-            actor=user_id,
+        self.writes.compensated(
             plan_id=plan.plan_id,
-            step=original,
+            original=original,
             op=f"{comp.uses}.{comp.call}",
+            actor=user_id,
+            status=status,
             reason=reason,
         )
 
@@ -691,14 +687,7 @@ def _output(result: Any) -> Any:
 
 
 def _ancestors_of(plan: Plan, steps: set[int]) -> set[int]:
-    out: set[int] = set()
-    stack = [d for n in steps for d in plan.step(n).after]
-    while stack:
-        d = stack.pop()
-        if d not in out:
-            out.add(d)
-            stack.extend(plan.step(d).after)
-    return out
+    return set().union(*(ancestors(plan, n) for n in steps)) if steps else set()
 
 
 def _gate_step(plan: Plan, gate: str) -> int:

@@ -233,6 +233,20 @@ class WriteProtocol:
         self.audit(self._row(ticket, "step_failed", "error", latency_ms=ms, reason=reason[:500]))
         return WriteFailedError(ticket.step, reason, sent=attempt.kind != "not_sent")
 
+    def compensated(
+        self, *, plan_id: str, original: int, op: str, actor: str, status: str, reason: str | None
+    ) -> None:
+        """Audit how undoing the write of step ``original`` went (``ok``, ``error``, ``unknown``)."""
+        row = {
+            "kind": "step_compensated",
+            "status": status,
+            "actor": actor,
+            "plan_id": plan_id,
+            "step": original,
+            "op": op,
+        }
+        self.audit(row if reason is None else {**row, "reason": reason})
+
     @staticmethod
     def _row(ticket: Ticket, kind: str, status: str, **extra: Any) -> dict[str, Any]:
         return {
