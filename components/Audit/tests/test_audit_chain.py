@@ -140,3 +140,33 @@ def test_append_many_continues_the_same_chain(db: Database) -> None:
     with db.tx() as c:
         c.execute(text("UPDATE audit_log SET actor = 'x' WHERE seq = 30"))
     assert _verify(db)[1] == 30
+
+
+def test_append_without_the_head_row_is_a_clear_error(db: Database) -> None:
+    """A deleted head row stops appends with one named error, not a bare library exception, and
+    the decision's transaction rolls back with it."""
+    from countersign.audit import AuditHeadMissingError
+
+    _fill(db, 2)
+    with db.tx() as c:
+        head = c.execute(text("SELECT seq, last_hash FROM audit_head WHERE id = 1")).one()
+        c.execute(text("DELETE FROM audit_head"))
+    try:
+        log = AuditLog()
+        for append in (
+            lambda c: log.append(c, {"kind": "plan_signed", "status": "ok", "actor": "a"}),
+            lambda c: log.append_many(c, [{"kind": "plan_signed", "status": "ok", "actor": "a"}]),
+        ):
+            with (
+                pytest.raises(AuditHeadMissingError, match="audit_head row is missing"),
+                db.tx() as c,
+            ):
+                append(c)
+        with db.tx() as c:
+            assert c.execute(text("SELECT count(*) FROM audit_log")).scalar_one() == 2
+    finally:
+        with db.tx() as c:
+            c.execute(
+                text("INSERT INTO audit_head (id, seq, last_hash) VALUES (1, :s, :h)"),
+                {"s": head.seq, "h": head.last_hash},
+            )

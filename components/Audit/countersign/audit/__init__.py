@@ -1,5 +1,21 @@
 """Audit: the tamper-evident, append-only decision log (hash chain over Postgres rows)."""
 
-from .core import ZERO_HASH, AuditEntry, AuditLog, ChainReport, content_hash, row_hash
+from .core import (
+    ZERO_HASH,
+    AuditEntry,
+    AuditHeadMissingError,
+    AuditLog,
+    ChainReport,
+    content_hash,
+    row_hash,
+)
 
-__all__ = ["ZERO_HASH", "AuditEntry", "AuditLog", "ChainReport", "content_hash", "row_hash"]
+__all__ = [
+    "ZERO_HASH",
+    "AuditEntry",
+    "AuditHeadMissingError",
+    "AuditLog",
+    "ChainReport",
+    "content_hash",
+    "row_hash",
+]

@@ -23,9 +23,24 @@ from typing import Any
 from pydantic import Field, JsonValue, field_validator
 from sqlalchemy import Connection, text
 
-from countersign.kernel import Contract, canonical_bytes, format_utc, parse_contract, sha256_hex
+from countersign.kernel import (
+    Contract,
+    CountersignError,
+    canonical_bytes,
+    format_utc,
+    parse_contract,
+    sha256_hex,
+)
 
-__all__ = ["ZERO_HASH", "AuditEntry", "AuditLog", "ChainReport", "content_hash", "row_hash"]
+__all__ = [
+    "ZERO_HASH",
+    "AuditEntry",
+    "AuditHeadMissingError",
+    "AuditLog",
+    "ChainReport",
+    "content_hash",
+    "row_hash",
+]
 
 ZERO_HASH = "0" * 64
 _FORBIDDEN = re.compile(
@@ -124,6 +139,12 @@ _INSERT = text(
 _MOVE_HEAD = text("UPDATE audit_head SET seq = :seq, last_hash = :h WHERE id = 1")
 
 
+class AuditHeadMissingError(CountersignError):
+    """The chain's head row is gone: nothing can be appended until it is restored."""
+
+    code = "audit_head_missing"
+
+
 @dataclass(frozen=True)
 class ChainReport:
     """What ``verify`` found."""
@@ -153,8 +174,13 @@ class AuditLog:
             "details": canonical_bytes(content["details"]).decode(),
             "content_hash": content_hash(content),
         }
-        seq: int = conn.execute(_APPEND, params).scalar_one()
-        return seq
+        seq = conn.execute(_APPEND, params).scalar_one_or_none()
+        if seq is None:
+            raise AuditHeadMissingError(
+                "audit append: the audit_head row is missing (deleted?), so the chain cannot be "
+                "extended; run `countersign audit verify` and restore the head from the last row"
+            )
+        return int(seq)
 
     def append_many(
         self, conn: Connection, entries: Sequence[AuditEntry | dict[str, Any]]
@@ -170,7 +196,12 @@ class AuditLog:
         ]
         if not parsed:
             return []
-        head = conn.execute(_HEAD).one()
+        head = conn.execute(_HEAD).first()
+        if head is None:
+            raise AuditHeadMissingError(
+                "audit append: the audit_head row is missing (deleted?), so the chain cannot be "
+                "extended; run `countersign audit verify` and restore the head from the last row"
+            )
         seq, prev = int(head.seq), str(head.last_hash)
         ts = format_utc(self._clock())
         rows = []
