@@ -1163,3 +1163,21 @@ def test_activities_run_only_signed_arguments(
     with db.tx() as c:
         kinds = list(c.execute(text("SELECT kind FROM audit_log ORDER BY seq")).scalars())
     assert "unsigned_change_refused" in kinds
+
+
+def test_verify_plan_stores_the_plan_with_its_plan_signed_row_once(
+    db: Database, registry: Registry, keyring: KeyRing
+) -> None:
+    """The durable path stores a plan the way preview and execute do: with one plan_signed row,
+    in the same transaction, however often a workflow verifies it (issue 10, hole 12)."""
+    from temporalio.testing import ActivityEnvironment
+
+    doc = _signed(registry, keyring)
+    acts = DurableActivities(db, keys=keyring, registry=registry, settings={})
+    for _ in range(3):
+        ActivityEnvironment().run(acts.verify_plan, doc)
+    with db.tx() as c:
+        rows = c.execute(
+            text("SELECT actor, details FROM audit_log WHERE kind = 'plan_signed'")
+        ).all()
+    assert len(rows) == 1 and rows[0].details["plan_hash"] == doc["plan_hash"]

@@ -16,6 +16,7 @@ from email.message import EmailMessage
 from typing import Any
 
 import httpx
+from sqlalchemy import Connection
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -121,7 +122,20 @@ class DurableActivities:
     def verify_plan(self, signed: dict[str, Any]) -> str:
         """Verify the signed plan (refused and audited if it does not hold); its plan_hash."""
         v = self._verified(signed)
-        self.plans.save_signed(v.plan, v.envelope, v.plan_hash, v.canonical)
+
+        def audit_signed(c: Connection) -> None:  # the first store and its row commit together
+            self.audit.append(
+                c,
+                {
+                    "kind": "plan_signed",
+                    "status": "ok",
+                    "actor": "durable",
+                    "plan_id": v.plan.plan_id,
+                    "details": {"plan_hash": v.plan_hash, "key": v.envelope.pubkey_id},
+                },
+            )
+
+        self.plans.save_signed(v.plan, v.envelope, v.plan_hash, v.canonical, on_insert=audit_signed)
         return v.plan_hash
 
     @activity.defn(name="poll")
