@@ -1,10 +1,9 @@
 """BindingResolver: plan step + registry -> n8n node type, typeVersion, parameters, data."""
 
 from .core import BoundNode, DataBinding, resolve_step, set_path
+from .ics import CalendarError, CalendarWindowError, ics_busy, ics_event
 from .refs import referenced_steps, resolve_refs
 from .render import (
-    ics_busy,
-    ics_event,
     idempotency_header_path,
     normalize_output,
     render_data,
@@ -12,6 +11,8 @@ from .render import (
 
 __all__ = [
     "BoundNode",
+    "CalendarError",
+    "CalendarWindowError",
     "DataBinding",
     "ics_busy",
     "ics_event",

@@ -4,6 +4,7 @@ Pure. ``render_data`` computes, in Python, the value of every data-bound n8n par
 filled with URL-encoded path segments, iCalendar text, JSON bodies, the idempotency header). The
 WorkflowBuilder hands these values to n8n as JSON in the trigger body and references them with
 fixed expressions, so nothing a person typed is ever evaluated by n8n (ARCHITECTURE.md §3.8).
+Reading and writing iCalendar is ``ics.py``'s job.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 from countersign.kernel import BindingError
 
 from .core import BoundNode
+from .ics import ics_busy, ics_event
 
-__all__ = ["ics_busy", "ics_event", "normalize_output", "render_data"]
+__all__ = ["idempotency_header_path", "normalize_output", "render_data"]
 
 _FIELD = re.compile(r"\{(@?)([a-z][a-z0-9_.]*)\}")
 
@@ -122,96 +123,6 @@ def _fill(
         return text
 
     return _FIELD.sub(sub, template)
-
-
-# ---- iCalendar --------------------------------------------------------------------------------
-def _ics_text(value: str) -> str:
-    """RFC 5545 §3.3.11 TEXT escaping; also drops CR/LF so no property can be injected."""
-    return (
-        value.replace("\\", "\\\\")
-        .replace(";", "\\;")
-        .replace(",", "\\,")
-        .replace("\r\n", "\\n")
-        .replace("\n", "\\n")
-        .replace("\r", "\\n")
-    )
-
-
-def _ics_time(value: str) -> str:
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError as e:
-        raise BindingError(f"not an ISO 8601 date-time: {value!r}") from e
-    if dt.tzinfo is None:
-        raise BindingError(f"date-time needs a time zone: {value!r}")
-    return dt.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
-def ics_event(*, uid: str, summary: str, start: str, end: str) -> str:
-    """A one-event VCALENDAR (CRLF line ends). The UID is restricted to a safe alphabet."""
-    if not re.fullmatch(r"[A-Za-z0-9._@-]{1,200}", uid):
-        raise BindingError(f"event uid {uid!r} has characters outside [A-Za-z0-9._@-]")
-    lines = [
-        "BEGIN:VCALENDAR",
-        "VERSION:2.0",
-        "PRODID:-//Countersign//EN",
-        "BEGIN:VEVENT",
-        f"UID:{uid}",
-        f"DTSTAMP:{_ics_time(start)}",
-        f"DTSTART:{_ics_time(start)}",
-        f"DTEND:{_ics_time(end)}",
-        f"SUMMARY:{_ics_text(summary)}",
-        "END:VEVENT",
-        "END:VCALENDAR",
-    ]
-    return "\r\n".join(lines) + "\r\n"
-
-
-def _parse_ics_time(value: str) -> datetime | None:
-    for fmt in ("%Y%m%dT%H%M%SZ", "%Y%m%dT%H%M%S", "%Y%m%d"):
-        try:
-            return datetime.strptime(value, fmt).replace(tzinfo=UTC)
-        except ValueError:
-            continue
-    return None
-
-
-def ics_busy(
-    text: str, *, time_min: str | None = None, time_max: str | None = None
-) -> list[list[str]]:
-    """Busy intervals ``[[start, end], ...]`` (ISO, UTC) of the VEVENTs in an iCalendar text.
-
-    Times without a zone are read as UTC (events written by Countersign are always UTC). Events
-    outside ``[time_min, time_max)`` are dropped; the result is sorted.
-    """
-    unfolded = re.sub(r"\r?\n[ \t]", "", text)
-    lo = datetime.fromisoformat(time_min) if time_min else None
-    hi = datetime.fromisoformat(time_max) if time_max else None
-    busy: list[tuple[datetime, datetime]] = []
-    start: datetime | None = None
-    end: datetime | None = None
-    inside = False
-    for line in unfolded.splitlines():
-        name, _, value = line.partition(":")
-        key = name.split(";", 1)[0].upper()
-        if line.upper() == "BEGIN:VEVENT":
-            inside, start, end = True, None, None
-        elif line.upper() == "END:VEVENT":
-            if inside and start is not None:
-                stop = end or start
-                if (hi is None or start < hi) and (lo is None or stop > lo):
-                    busy.append((start, stop))
-            inside = False
-        elif inside and key == "DTSTART":
-            start = _parse_ics_time(value.strip())
-        elif inside and key == "DTEND":
-            end = _parse_ics_time(value.strip())
-    busy.sort()
-    return [[_iso(s), _iso(e)] for s, e in busy]
-
-
-def _iso(dt: datetime) -> str:
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def normalize_output(kind: str, item: Mapping[str, Any], args: Mapping[str, Any]) -> Any:
