@@ -52,9 +52,14 @@ class Recorder:
                         },
                     }
                 )
-                out = b'{"id": "r-1", "slots": [], "items": []}'
+                if self.command == "GET" and "/calendar/" in self.path:  # a CalDAV collection
+                    out = b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//cs//t//EN\r\nEND:VCALENDAR\r\n"
+                    ctype = "text/calendar"
+                else:
+                    out = b'{"id": "r-1", "slots": [], "items": []}'
+                    ctype = "application/json"
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
                 self.wfile.write(out)
