@@ -1,0 +1,439 @@
+"""The HTTP API (FastAPI): JSON under ``/v1``, problems as RFC 9457, per-user auth, SSE events.
+
+A thin edge over ``PlanService``: parse and validate the request, find the caller, call the
+service, shape the answer. Every ``CountersignError`` becomes a problem document with the error's
+stable code; a request body that does not match its schema is a 422 problem naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import time
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from sqlalchemy import text
+from sse_starlette.sse import EventSourceResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from countersign.kernel import CountersignError, Needs, format_utc
+from countersign.preview import StepTransport
+
+from .errors import (
+    AdminOnlyError,
+    AuthError,
+    BadCursorError,
+    RateLimitedError,
+    TextNotSupportedError,
+)
+from .events import EventHub
+from .problems import problem, status_for
+from .service import PlanService
+from .users import Principal, UserStore
+
+__all__ = ["ApiConfig", "create_app"]
+
+PROBLEM_JSON = "application/problem+json"
+SESSION_COOKIE = "cs_session"
+CSRF_HEADER = "X-CSRF-Token"
+_UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+@dataclass
+class ApiConfig:
+    """Service-level settings."""
+
+    #: requests per key per minute (a sliding window; 0 = unlimited)
+    rate_limit_per_min: int = 600
+    #: checks reported by ``/healthz`` (name → async check returning a short status)
+    health: dict[str, Callable[[], Awaitable[str]]] = field(default_factory=dict)
+    #: the database URL the event stream LISTENs on (libpq form)
+    listen_dsn: str | None = None
+    #: keep-alive comment interval on event streams, seconds
+    sse_ping_s: int = 15
+    #: opens the step runtime for the app's lifetime (an n8n client); None = keep the service's
+    runtime: Callable[[], contextlib.AbstractAsyncContextManager[StepTransport]] | None = None
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class IntentRequest(BaseModel):
+    """``{"intent": {...}}`` (structured); ``{"text": ...}`` is reserved for chat."""
+
+    model_config = ConfigDict(extra="forbid")
+    intent: dict[str, JsonValue] | None = None
+    text: str | None = Field(default=None, max_length=4000)
+    conversation_id: str | None = Field(default=None, max_length=64)
+
+
+class ApproveRequest(_Body):
+    choice: JsonValue = None
+
+
+class RejectRequest(_Body):
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class ExecuteRequest(_Body):
+    tokens: dict[str, Annotated[str, Field(min_length=1, max_length=2048)]] = Field(
+        default_factory=dict
+    )
+
+
+class _RateLimiter:
+    def __init__(self, per_min: int) -> None:
+        self.per_min = per_min
+        self.hits: dict[str, deque[float]] = defaultdict(deque)
+
+    def allow(self, who: str) -> bool:
+        if self.per_min <= 0:
+            return True
+        now = time.monotonic()
+        q = self.hits[who]
+        while q and q[0] <= now - 60:
+            q.popleft()
+        if len(q) >= self.per_min:
+            return False
+        q.append(now)
+        return True
+
+
+def _problem_response(
+    status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def caller(request: Request) -> Principal:
+    """The authenticated caller: a Bearer key, or a session cookie (+ CSRF header on writes)."""
+    users: UserStore = request.app.state.users
+    limiter: _RateLimiter = request.app.state.limiter
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise AuthError("Authorization must be 'Bearer <api key>'")
+        who = users.by_key(key.strip())
+    elif (session := request.cookies.get(SESSION_COOKIE)) is not None:
+        who = users.by_session(session)
+        if request.method in _UNSAFE:
+            sent = request.headers.get(CSRF_HEADER, "")
+            if not who.csrf or not hmac.compare_digest(sent, who.csrf):
+                raise AuthError(f"cookie-authenticated {request.method} needs {CSRF_HEADER}")
+    else:
+        raise AuthError("no credentials: send 'Authorization: Bearer <api key>'")
+    if not limiter.allow(who.user_id):
+        raise RateLimitedError(f"more than {limiter.per_min} requests a minute")
+    return who
+
+
+Caller = Annotated[Principal, Depends(caller)]
+
+
+def create_app(service: PlanService, users: UserStore, config: ApiConfig | None = None) -> FastAPI:
+    """The ASGI app over one composed service."""
+    cfg = config or ApiConfig()
+    hub = EventHub(cfg.listen_dsn) if cfg.listen_dsn else None
+    limiter = _RateLimiter(cfg.rate_limit_per_min)
+    metrics = CollectorRegistry()
+    latency = Histogram(
+        "countersign_http_request_seconds",
+        "HTTP request latency",
+        ["method", "route", "status"],
+        registry=metrics,
+        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    )
+    engine_latency = Histogram(
+        "countersign_engine_seconds",
+        "preview / execute latency inside the API",
+        ["action"],
+        registry=metrics,
+        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    )
+    refusals = Counter(
+        "countersign_refusals_total",
+        "refused requests by error code (token refusals among them)",
+        ["code"],
+        registry=metrics,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            if cfg.runtime is not None:
+                service.use_transport(await stack.enter_async_context(cfg.runtime()))
+            if hub is not None:
+                await hub.start()
+                stack.push_async_callback(hub.stop)
+            yield
+
+    app = FastAPI(
+        title="Countersign",
+        version="1",
+        summary="Signed plans, read-only previews, approvals bound to the plan.",
+        lifespan=lifespan,
+    )
+
+    app.state.users = users
+    app.state.limiter = limiter
+
+    # ---- errors --------------------------------------------------------------------------------
+    @app.exception_handler(CountersignError)
+    async def _countersign_error(_: Request, e: CountersignError) -> JSONResponse:
+        status = status_for(e)
+        refusals.labels(e.code).inc()
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return _problem_response(
+            status, problem(status, e.code, type(e).__doc__ or e.code, e.message), headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", ""))}
+            for err in e.errors()
+        ]
+        where = "; ".join(f"{'.'.join(x['loc'])}: {x['msg']}" for x in errors[:5])
+        return _problem_response(
+            422, problem(422, "invalid_request", "The request is not valid", where, errors=errors)
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
+        return _problem_response(
+            e.status_code, problem(e.status_code, code, str(e.detail), str(e.detail))
+        )
+
+    @app.middleware("http")
+    async def _measure(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        latency.labels(request.method, path, str(response.status_code)).observe(
+            time.perf_counter() - start
+        )
+        return response
+
+    # ---- plans ---------------------------------------------------------------------------------
+    @app.post("/v1/intents", status_code=201, tags=["plans"])
+    async def post_intent(body: IntentRequest, who: Caller, response: Response) -> dict[str, Any]:
+        """Plan a structured intent, sign and store it, and preview it (read-only)."""
+        if body.text is not None or body.intent is None:
+            raise TextNotSupportedError(
+                'send a structured intent as {"intent": {...}}; chat text ({"text": ...}) '
+                "is not understood yet"
+            )
+        intent = service.intent_from(body.intent, who.user_id)
+        out = await asyncio.to_thread(service.plan, intent, who.user_id)
+        if isinstance(out, Needs):
+            response.status_code = 200
+            return {"needs": [n.to_json() for n in out.needs], "intent": out.intent}
+        plan_id = out["plan"]["plan_id"]
+        preview: dict[str, Any] | None = None
+        preview_error: dict[str, Any] | None = None
+        start = time.perf_counter()
+        try:
+            preview = await service.preview(plan_id, who.user_id)
+        except CountersignError as e:
+            status = status_for(e)
+            preview_error = problem(status, e.code, type(e).__doc__ or e.code, e.message)
+        engine_latency.labels("preview").observe(time.perf_counter() - start)
+        gates = sorted({s["gate_id"] for s in out["plan"]["graph"] if s.get("gate_id")})
+        return {
+            "plan_id": plan_id,
+            **out,
+            "preview": preview,
+            "preview_error": preview_error,
+            "gates": gates,
+        }
+
+    @app.get("/v1/plans", tags=["plans"])
+    def list_plans(
+        who: Caller,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        cursor: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> dict[str, Any]:
+        """The caller's plans, newest first (cursor-paginated)."""
+        return service.list(who.user_id, limit=limit, cursor=cursor)
+
+    @app.get("/v1/plans/{plan_id}", tags=["plans"])
+    def get_plan(plan_id: str, who: Caller) -> dict[str, Any]:
+        """The signed plan, its status, per-step status and results, and its gates."""
+        return service.show(plan_id, who.user_id)
+
+    @app.post("/v1/plans/{plan_id}/preview", tags=["plans"])
+    async def preview(plan_id: str, who: Caller) -> dict[str, Any]:
+        """Run the read-only preview again."""
+        start = time.perf_counter()
+        try:
+            return await service.preview(plan_id, who.user_id)
+        finally:
+            engine_latency.labels("preview").observe(time.perf_counter() - start)
+
+    @app.post("/v1/plans/{plan_id}/gates/{gate_id}/approve", tags=["gates"])
+    def approve(
+        plan_id: str, gate_id: str, who: Caller, body: ApproveRequest | None = None
+    ) -> dict[str, Any]:
+        """Approve a gate: a short-lived, single-use token bound to this plan, gate and caller."""
+        return service.approve(plan_id, gate_id, who.user_id, choice=body.choice if body else None)
+
+    @app.post("/v1/plans/{plan_id}/gates/{gate_id}/reject", tags=["gates"])
+    def reject(
+        plan_id: str, gate_id: str, who: Caller, body: RejectRequest | None = None
+    ) -> dict[str, Any]:
+        """Reject a gate: nothing it guards will run."""
+        return service.reject(plan_id, gate_id, who.user_id, reason=body.reason if body else None)
+
+    @app.post("/v1/plans/{plan_id}/execute", status_code=202, tags=["plans"])
+    async def execute(plan_id: str, body: ExecuteRequest, who: Caller) -> dict[str, Any]:
+        """Execute with gate tokens; progress is on the event stream."""
+        start = time.perf_counter()
+        try:
+            report = await service.execute(plan_id, who.user_id, body.tokens)
+        finally:
+            engine_latency.labels("execute").observe(time.perf_counter() - start)
+        return {
+            "plan_id": report.plan_id,
+            "status": report.status,
+            "results": [w.to_json() for w in report.wrappers],
+            "compensated": report.compensated,
+            "workflow_id": report.workflow_id,
+            "waiting_gate": report.waiting_gate,
+            "gate_preview": report.gate_preview,
+            "events": f"/v1/plans/{plan_id}/events",
+        }
+
+    @app.post("/v1/plans/{plan_id}/cancel", tags=["plans"])
+    def cancel(plan_id: str, who: Caller) -> dict[str, Any]:
+        """Cancel the plan: nothing more of it runs."""
+        return service.cancel(plan_id, who.user_id)
+
+    @app.get(
+        "/v1/plans/{plan_id}/events",
+        tags=["plans"],
+        response_class=EventSourceResponse,
+        responses={200: {"content": {"text/event-stream": {}}}},
+    )
+    async def events(
+        plan_id: str,
+        who: Caller,
+        request: Request,
+        follow: bool = True,
+    ) -> EventSourceResponse:
+        """The plan's events as Server-Sent Events: replayed from the log, then live; resumable
+        with ``Last-Event-ID`` (ids are the per-plan sequence)."""
+        service.document(plan_id, who.user_id)  # 404 for another user's plan
+        raw = request.headers.get("last-event-id", "0").strip() or "0"
+        if not raw.isdigit() or len(raw) > 9:
+            raise BadCursorError(f"Last-Event-ID {raw[:20]!r} is not an event id of this plan")
+        after = int(raw)
+
+        async def stream() -> AsyncIterator[dict[str, Any]]:
+            nonlocal after
+            while True:
+                if hub is not None and follow:
+                    async with hub.waiter(plan_id) as woke:
+                        rows = await asyncio.to_thread(service.events.since, plan_id, after)
+                        if not rows:
+                            if await request.is_disconnected():
+                                return
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(woke.wait(), timeout=cfg.sse_ping_s)
+                            continue
+                else:
+                    rows = await asyncio.to_thread(service.events.since, plan_id, after)
+                for r in rows:
+                    after = int(r["seq"])
+                    yield {"id": str(after), "event": r["kind"], "data": _event_json(r)}
+                if not follow and len(rows) < 500:
+                    return
+
+        return EventSourceResponse(stream(), ping=cfg.sse_ping_s)
+
+    # ---- audit, registry, health, metrics ------------------------------------------------------
+    @app.get("/v1/audit", tags=["audit"])
+    def audit(
+        who: Caller,
+        plan_id: Annotated[str | None, Query(max_length=26)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    ) -> dict[str, Any]:
+        """Audit rows of one of the caller's plans (admins: any plan, or all rows)."""
+        if plan_id is None and not who.admin:
+            raise AdminOnlyError("give plan_id (only an admin reads the whole audit log)")
+        if plan_id is not None and not who.admin:
+            service.document(plan_id, who.user_id)
+        with service.db.tx() as c:
+            rows = service.audit.rows(c, plan_id=plan_id, limit=limit)
+        return {"items": [_jsonable(r) for r in rows]}
+
+    @app.get("/v1/registry", tags=["registry"])
+    def registry(who: Caller) -> dict[str, Any]:
+        """The registry this service plans against: its version, connectors and intents."""
+        reg = service.registry
+        return {
+            "version": reg.version,
+            "connectors": sorted(reg.connectors),
+            "intents": sorted(reg.intents),
+        }
+
+    @app.get("/healthz", tags=["service"])
+    async def healthz() -> JSONResponse:
+        """Each dependency's state; 200 only when all are ok."""
+        report: dict[str, str] = {}
+        try:
+            await asyncio.to_thread(_db_ping, service)
+            report["database"] = "ok"
+        except Exception as e:
+            report["database"] = f"down: {type(e).__name__}"
+        for name, check in cfg.health.items():
+            try:
+                report[name] = await asyncio.wait_for(check(), timeout=3)
+            except Exception as e:
+                report[name] = f"down: {type(e).__name__}"
+        ok = all(v == "ok" for v in report.values())
+        return JSONResponse({"status": "ok" if ok else "degraded", **report}, 200 if ok else 503)
+
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
+    def prometheus() -> PlainTextResponse:
+        """Prometheus text format."""
+        return PlainTextResponse(
+            generate_latest(metrics).decode(), media_type="text/plain; version=0.0.4"
+        )
+
+    return app
+
+
+def _db_ping(service: PlanService) -> None:
+    with service.db.tx() as c:
+        c.execute(text("SELECT 1"))
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if hasattr(v, "isoformat"):
+            out[k] = format_utc(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _event_json(row: dict[str, Any]) -> str:
+    return json.dumps(_jsonable(row), separators=(",", ":"), sort_keys=True)

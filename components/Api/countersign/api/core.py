@@ -1,0 +1,99 @@
+"""Pure functions of the service: a plan's status from its event log, cursors.
+
+No I/O here. A plan's status and every step's status are folded from the plan's events (the rows
+the audit chain wrote for it, in order): nothing reports a state the log does not hold.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .errors import BadCursorError
+
+__all__ = ["PlanState", "decode_cursor", "encode_cursor", "fold_events"]
+
+#: event kind → the plan status it moves to (kinds not listed leave the status as it was:
+#: refusals, token issues, reconciliations)
+_PLAN_STATUS = {
+    "plan_signed": "signed",
+    "preview_run": "previewed",
+    "preview_refused": "preview_refused",
+    "gate_waiting": "waiting",
+    "gate_approved": "approved",
+    "gate_rejected": "rejected",
+    "step_started": "running",
+    "handed_off": "running",
+    "plan_cancelled": "cancelled",
+}
+#: event kind → the step status it moves to
+_STEP_STATUS = {
+    "step_started": "running",
+    "step_finished": "succeeded",
+    "step_failed": "failed",
+    "step_failed_world_changed": "failed",
+    "step_unknown": "unknown",
+    "idempotency_unknown": "unknown",
+    "step_compensated": "compensated",
+}
+#: statuses an ``*_finished`` event may carry as the plan's end
+_ENDS = {"completed", "failed", "unknown", "rejected", "cancelled", "expired", "refused", "waiting"}
+
+
+@dataclass
+class PlanState:
+    """What the event log says of one plan."""
+
+    status: str = "unknown"
+    steps: dict[int, str] = field(default_factory=dict)
+    gates: dict[str, str] = field(default_factory=dict)
+    last_seq: int = 0
+    updated_at: datetime | None = None
+
+
+def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
+    """Fold a plan's events (oldest first) into its status, step statuses and gate decisions."""
+    state = PlanState()
+    for e in events:
+        kind, status = str(e["kind"]), str(e.get("status") or "")
+        state.last_seq = int(e["seq"])
+        state.updated_at = e.get("ts")
+        if kind in _PLAN_STATUS:
+            state.status = _PLAN_STATUS[kind]
+        if kind.endswith("_finished") and kind != "step_finished" and status in _ENDS:
+            state.status = status
+        step = e.get("step")
+        if step is not None and kind in _STEP_STATUS:
+            new = _STEP_STATUS[kind]
+            if kind == "step_compensated" and status != "ok":
+                new = "compensation_failed"
+            state.steps[int(step)] = new
+        gate = e.get("op")
+        if kind.startswith("gate_") and isinstance(gate, str):
+            if kind == "gate_approved":
+                state.gates[gate] = "approved"
+            elif kind == "gate_rejected":
+                state.gates[gate] = "rejected"
+            elif kind == "gate_waiting":
+                state.gates.setdefault(gate, "waiting")
+    return state
+
+
+def encode_cursor(created_at: datetime, plan_id: str) -> str:
+    """An opaque cursor for keyset pagination over (created_at DESC, plan_id DESC)."""
+    raw = f"{created_at.isoformat()}|{plan_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The position a cursor names; a clear ``InputError`` for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        when, plan_id = raw.split("|", 1)
+        return datetime.fromisoformat(when), plan_id
+    except (ValueError, binascii.Error, UnicodeDecodeError) as e:
+        raise BadCursorError(f"cursor {cursor[:40]!r} is not one this API issued") from e

@@ -1,0 +1,86 @@
+"""The service's own errors (each a ``CountersignError`` with a stable code; GLOBAL_SPEC.md)."""
+
+from __future__ import annotations
+
+from countersign.kernel import CountersignError, InputError
+
+__all__ = [
+    "AdminOnlyError",
+    "ApiError",
+    "AuthError",
+    "BadCursorError",
+    "PlanCancelledError",
+    "PlanNotFoundError",
+    "RateLimitedError",
+    "TextNotSupportedError",
+    "UnknownUserError",
+    "UserExistsError",
+    "UserMismatchError",
+]
+
+
+class ApiError(CountersignError):
+    """Root of the service's own refusals."""
+
+    code = "api_error"
+
+
+class AuthError(ApiError):
+    """No valid credentials (missing, unknown, revoked or expired key, session or link)."""
+
+    code = "unauthenticated"
+
+
+class AdminOnlyError(ApiError):
+    """Only an admin may do this."""
+
+    code = "admin_only"
+
+
+class RateLimitedError(ApiError):
+    """Too many requests for this key; try again in a minute."""
+
+    code = "rate_limited"
+    retryable = True
+
+
+class PlanNotFoundError(ApiError):
+    """No such plan for this caller (another user's plan is reported the same way)."""
+
+    code = "plan_not_found"
+
+
+class PlanCancelledError(ApiError):
+    """The plan was cancelled; nothing more of it runs."""
+
+    code = "plan_cancelled"
+
+
+class TextNotSupportedError(InputError):
+    """Chat text is not understood yet: send a structured intent."""
+
+    code = "text_not_supported"
+
+
+class BadCursorError(InputError):
+    """A cursor or Last-Event-ID this API did not issue."""
+
+    code = "invalid_cursor"
+
+
+class UserMismatchError(InputError):
+    """A request body names another user than the caller."""
+
+    code = "user_mismatch"
+
+
+class UserExistsError(InputError):
+    """``users add`` for a name that exists."""
+
+    code = "user_exists"
+
+
+class UnknownUserError(InputError):
+    """``users revoke`` for a name that does not exist."""
+
+    code = "user_unknown"

@@ -1,0 +1,84 @@
+"""Errors as RFC 9457 ``application/problem+json``: one stable ``type`` per error code.
+
+The HTTP status comes from the nearest class in ``_STATUS`` along the error's MRO, so a new
+subclass inherits a sensible status; ``type`` is ``/problems/<code>`` (its stable identity) and
+``code`` repeats it for programs that switch on it. Nothing else of the exception (no traceback,
+no token) reaches the body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from countersign.approvals import ApprovalError, GateDecidedError
+from countersign.execute import ExecuteRefusedError, StaleWorldError
+from countersign.kernel import (
+    CountersignError,
+    InputError,
+    KeyRingError,
+    PlanningError,
+    SignatureError,
+)
+from countersign.n8n import N8nError
+from countersign.steps import PlanNotCurrentError
+from countersign.storage import (
+    InProgressError,
+    OutcomeUnknownError,
+    PlanConflictError,
+    StorageError,
+)
+
+from .errors import (
+    AdminOnlyError,
+    AuthError,
+    PlanCancelledError,
+    PlanNotFoundError,
+    RateLimitedError,
+)
+
+__all__ = ["PROBLEM_BASE", "problem", "status_for"]
+
+PROBLEM_BASE = "/problems/"
+
+_STATUS: list[tuple[type[CountersignError], int]] = [
+    (AuthError, 401),
+    (AdminOnlyError, 403),
+    (RateLimitedError, 429),
+    (PlanNotFoundError, 404),
+    (InputError, 422),
+    (PlanningError, 422),
+    (SignatureError, 403),
+    (ApprovalError, 403),
+    (GateDecidedError, 409),
+    (InProgressError, 409),
+    (PlanConflictError, 409),
+    (PlanNotCurrentError, 409),
+    (PlanCancelledError, 409),
+    (ExecuteRefusedError, 409),
+    (StaleWorldError, 409),
+    (OutcomeUnknownError, 409),
+    (KeyRingError, 503),
+    (N8nError, 503),
+    (StorageError, 503),
+]
+
+
+def status_for(error: CountersignError) -> int:
+    """The HTTP status for an error (409 for a refusal nothing more specific covers)."""
+    for cls in type(error).__mro__:
+        for known, status in _STATUS:
+            if cls is known:
+                return status
+    return 503 if error.retryable else 409
+
+
+def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:
+    """A problem document."""
+    return {
+        "type": PROBLEM_BASE + code,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **extra,
+    }

@@ -1,0 +1,294 @@
+"""The engines behind the HTTP API and the CLI verbs, composed once (an adapter: no HTTP here).
+
+Every method takes the caller (``user_id``) and answers only for that caller's plans: another
+user's plan is indistinguishable from a missing one (``PlanNotFoundError``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import text
+from ulid import ULID
+
+from countersign.approvals import Approvals
+from countersign.audit import AuditLog
+from countersign.execute import ExecuteReport, Executor
+from countersign.kernel import (
+    InputError,
+    Intent,
+    Needs,
+    Plan,
+    Policy,
+    format_utc,
+    parse_contract,
+)
+from countersign.planner import make_plan
+from countersign.preview import StepTransport, StoreRecorder, run_preview
+from countersign.registry import Registry
+from countersign.signer import KeyRing, sign_plan, verify_signed_plan
+from countersign.storage import Database, PlanStore
+from countersign.workflowbuilder import CredentialRef
+
+from .core import PlanState, decode_cursor, encode_cursor
+from .errors import PlanCancelledError, PlanNotFoundError, UserMismatchError
+from .events import EventLog
+
+__all__ = ["PlanService", "gates_of"]
+
+
+@dataclass
+class PlanService:
+    """Plan, store, preview, approve, execute and cancel — for one caller at a time."""
+
+    db: Database
+    registry: Registry
+    keyring: KeyRing
+    policy: Policy
+    transport: StepTransport | None
+    connector_settings: Mapping[str, str]
+    clock: Callable[[], datetime]
+    credentials: Mapping[str, CredentialRef] = field(default_factory=dict)
+    durable: Callable[[dict[str, Any], str], Awaitable[str]] | None = None
+    signer_name: str = "planner@system"
+
+    def __post_init__(self) -> None:
+        self.audit = AuditLog(clock=self.clock)
+        self.plans = PlanStore(self.db, clock=self.clock)
+        self.recorder = StoreRecorder(self.db, clock=self.clock)
+        self.approvals = Approvals(self.db, clock=self.clock, audit=self.audit)
+        self.events = EventLog(self.db)
+        self.executor = Executor(
+            keys=self.keyring,
+            registry=self.registry,
+            transport=self.transport,
+            db=self.db,
+            settings=self.connector_settings,
+            credentials=self.credentials,
+            clock=self.clock,
+            durable=self.durable,
+        )
+
+    def use_transport(self, transport: StepTransport | None) -> None:
+        """Where steps run from now on (the API opens its n8n client when it starts)."""
+        self.transport = transport
+        self.executor.transport = transport
+
+    # ---- intents -------------------------------------------------------------------------------
+    def intent_from(self, body: Mapping[str, Any], user_id: str) -> Intent:
+        """A structured intent from a request body; the server fills id, time and user."""
+        given = body.get("user_id")
+        if given is not None and given != user_id:
+            raise UserMismatchError(
+                f"the intent names user {str(given)[:128]!r}; you can only ask for yourself"
+            )
+        filled = {
+            **body,
+            "intent_id": str(ULID.from_datetime(self.clock())),
+            "received_at": format_utc(self.clock()),
+            "user_id": user_id,
+        }
+        return parse_contract(Intent, filled, what="intent")
+
+    def plan(self, intent: Intent, user_id: str) -> dict[str, Any] | Needs:
+        """Plan, sign, verify and store (with its ``plan_signed`` event); or what is missing."""
+        out = make_plan(intent, [], self.registry, self.policy)
+        if isinstance(out, Needs):
+            return out
+        pid, key = self.keyring.active()
+        envelope, digest, _ = sign_plan(out, key=key, pubkey_id=pid, signer=self.signer_name)
+        document = {"plan": out.to_json(), "signature": envelope.to_json(), "plan_hash": digest}
+        verified = verify_signed_plan(document, keys=self.keyring)
+        self.recorder.remember(verified, actor=user_id)
+        return document
+
+    # ---- reading -------------------------------------------------------------------------------
+    def document(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        """The stored signed plan of ``user_id`` (as stored: verification happens on use)."""
+        row = self.plans.get(plan_id) if _plan_id_ok(plan_id) else None
+        if row is None or row["user_id"] != user_id:
+            raise PlanNotFoundError(f"no plan {plan_id[:40]!r}")
+        return {
+            "plan": json.loads(bytes(row["canonical"])),
+            "signature": row["envelope"],
+            "plan_hash": row["plan_hash"],
+        }
+
+    def show(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        """The signed plan, its status, per-step status and results, and its gates."""
+        document = self.document(plan_id, user_id)
+        row = self.plans.get(plan_id) or {}
+        state = self.events.state(plan_id)
+        plan = Plan.model_validate(document["plan"])
+        outputs = {int(s["step"]): s.get("output") for s in row.get("steps", [])}
+        steps = [
+            {
+                "step": s.step,
+                "uses": s.uses,
+                "call": s.call,
+                "role": s.role,
+                "mode": s.mode,
+                "gate_id": s.gate_id,
+                "status": state.steps.get(s.step, "pending"),
+                "output": outputs.get(s.step),
+            }
+            for s in plan.graph
+        ]
+        return {
+            "plan_id": plan_id,
+            **document,
+            "status": state.status,
+            "steps": steps,
+            "gates": gates_of(plan, state),
+            "events": state.last_seq,
+        }
+
+    def list(self, user_id: str, *, limit: int, cursor: str | None) -> dict[str, Any]:
+        """The caller's plans, newest first; ``next_cursor`` when there are more."""
+        where, params = "user_id = :u", {"u": user_id, "n": limit + 1}
+        if cursor:
+            at, pid = decode_cursor(cursor)
+            where += " AND (created_at, plan_id) < (:at, :pid)"
+            params |= {"at": at, "pid": pid}
+        with self.db.tx() as c:
+            rows = list(
+                c.execute(
+                    text(
+                        f"SELECT plan_id, intent, created_at FROM plans WHERE {where} "  # noqa: S608 - fixed text
+                        "ORDER BY created_at DESC, plan_id DESC LIMIT :n"
+                    ),
+                    params,
+                ).mappings()
+            )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = [
+            {
+                "plan_id": r["plan_id"],
+                "intent": r["intent"],
+                "created_at": format_utc(r["created_at"]),
+                "status": self.events.state(r["plan_id"]).status,
+            }
+            for r in rows
+        ]
+        last = rows[-1] if rows else None
+        return {
+            "items": items,
+            "next_cursor": encode_cursor(last["created_at"], last["plan_id"])
+            if more and last
+            else None,
+        }
+
+    # ---- acting --------------------------------------------------------------------------------
+    async def preview(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        """Run the read-only preview (on n8n); the Preview wrapper."""
+        document = self.document(plan_id, user_id)
+        self._not_cancelled(plan_id)
+        if self.transport is None:
+            raise PlanCancelledError("no step runtime is configured for previews")
+        result = await run_preview(
+            document,
+            keys=self.keyring,
+            registry=self.registry,
+            transport=self.transport,
+            recorder=self.recorder,
+            settings=self.connector_settings,
+            credentials=self.credentials,
+            actor=user_id,
+            now=self.clock(),
+        )
+        return result.wrapper.to_json()
+
+    def approve(
+        self, plan_id: str, gate_id: str, user_id: str, *, choice: Any = None
+    ) -> dict[str, Any]:
+        """A token for one gate (bound to the plan hash, the gate and the caller)."""
+        document = self.document(plan_id, user_id)
+        self._not_cancelled(plan_id)
+        verified = verify_signed_plan(document, keys=self.keyring)
+        plan = verified.plan
+        gates = {s.gate_id for s in plan.graph if s.gate_id}
+        if gate_id not in gates:
+            raise InputError(
+                f"plan {plan_id} has no gate {gate_id[:16]!r}; its gates: {sorted(gates)}"
+            )
+        token = self.approvals.issue(
+            plan_id=plan_id,
+            plan_hash=verified.plan_hash,
+            gate_id=gate_id,
+            user_id=user_id,
+            scopes=plan.constraints.scopes,
+            ttl_s=self.policy.approval_ttl_s,
+            choice=choice,
+            not_after=plan.meta.created_at + _ttl(plan),
+        )
+        return {
+            "token": token.token,
+            "gate_id": gate_id,
+            "expires_at": format_utc(token.exp),
+        }
+
+    def reject(
+        self, plan_id: str, gate_id: str, user_id: str, *, reason: str | None
+    ) -> dict[str, Any]:
+        """Reject a gate: nothing it guards will run."""
+        document = self.document(plan_id, user_id)
+        verified = verify_signed_plan(document, keys=self.keyring)
+        self.approvals.reject(
+            plan_id=plan_id,
+            plan_hash=verified.plan_hash,
+            gate_id=gate_id,
+            user_id=user_id,
+            reason=reason,
+        )
+        return {"gate_id": gate_id, "decision": "rejected"}
+
+    async def execute(self, plan_id: str, user_id: str, tokens: Mapping[str, str]) -> ExecuteReport:
+        """Execute with the given gate tokens (each spent now)."""
+        document = self.document(plan_id, user_id)
+        self._not_cancelled(plan_id)
+        return await self.executor.execute(document, user_id=user_id, tokens=tokens)
+
+    def cancel(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        """Cancel: no later preview, approval or execute of this plan runs (audited)."""
+        self.document(plan_id, user_id)
+        with self.db.tx() as c:
+            self.audit.append(
+                c,
+                {
+                    "kind": "plan_cancelled",
+                    "status": "cancelled",
+                    "actor": user_id,
+                    "plan_id": plan_id,
+                },
+            )
+        return {"plan_id": plan_id, "status": "cancelled"}
+
+    def _not_cancelled(self, plan_id: str) -> None:
+        if self.events.state(plan_id).status == "cancelled":
+            raise PlanCancelledError(f"plan {plan_id} was cancelled")
+
+
+def gates_of(plan: Plan, state: PlanState) -> list[dict[str, Any]]:
+    """Each gate, the steps it guards and its decision so far."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in plan.graph:
+        if s.gate_id:
+            g = out.setdefault(
+                s.gate_id,
+                {"gate_id": s.gate_id, "steps": [], "status": state.gates.get(s.gate_id, "open")},
+            )
+            g["steps"].append(s.step)
+    return list(out.values())
+
+
+def _ttl(plan: Plan) -> timedelta:
+    return timedelta(seconds=plan.constraints.ttl_s)
+
+
+def _plan_id_ok(plan_id: str) -> bool:
+    return len(plan_id) == 26 and plan_id.isalnum()

@@ -1,0 +1,68 @@
+"""The pure parts of the service: status folded from events, cursors."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from countersign.api import BadCursorError, fold_events
+from countersign.api.app import ApproveRequest, ExecuteRequest, IntentRequest, RejectRequest
+from countersign.api.core import decode_cursor, encode_cursor
+from countersign.kernel import schema_snapshot
+
+
+def _e(seq: int, kind: str, status: str = "ok", step: int | None = None, op: str | None = None) -> dict[str, object]:
+    return {"seq": seq, "kind": kind, "status": status, "step": step, "op": op, "details": {}}
+
+
+def test_status_follows_the_log() -> None:
+    events = [
+        _e(1, "plan_signed"),
+        _e(2, "preview_run"),
+        _e(3, "token_issued", op="gate-A"),
+        _e(4, "gate_approved", op="gate-A"),
+        _e(5, "step_started", step=5),
+        _e(6, "step_finished", step=5),
+        _e(7, "step_started", step=6),
+        _e(8, "step_unknown", "unknown", step=6),
+        _e(9, "token_refused", "refused", op="gate-A"),
+    ]
+    state = fold_events(events)
+    assert state.status == "running" and state.last_seq == 9
+    assert state.steps == {5: "succeeded", 6: "unknown"}
+    assert state.gates == {"gate-A": "approved"}
+    assert fold_events([*events, _e(10, "durable_finished", "completed")]).status == "completed"
+    assert fold_events([*events, _e(10, "plan_cancelled", "cancelled")]).status == "cancelled"
+    assert fold_events([_e(1, "step_compensated", "error", step=5)]).steps == {5: "compensation_failed"}
+
+
+@given(st.lists(st.sampled_from(["token_refused", "execute_refused", "plan_refused", "token_issued"])))
+def test_refusals_never_move_the_status(kinds: list[str]) -> None:
+    events = [_e(1, "plan_signed"), *(_e(i + 2, k, "refused") for i, k in enumerate(kinds))]
+    assert fold_events(events).status == "signed"
+
+
+@given(st.datetimes(timezones=st.just(UTC)), st.text(alphabet="0123456789ABCDEFGHJKMNPQRSTVWXYZ", min_size=26, max_size=26))
+def test_cursor_roundtrip(at: datetime, plan_id: str) -> None:
+    assert decode_cursor(encode_cursor(at, plan_id)) == (at, plan_id)
+
+
+@pytest.mark.parametrize("bad", ["!!", "", "bm90IGEgY3Vyc29y", "%%%%"])
+def test_foreign_cursors_are_named(bad: str) -> None:
+    with pytest.raises(BadCursorError, match="not one this API issued"):
+        decode_cursor(bad)
+
+
+def test_json_schemas_are_current() -> None:
+    folder = Path(__file__).resolve().parents[1] / "schemas"
+    stale = schema_snapshot(
+        [IntentRequest, ApproveRequest, RejectRequest, ExecuteRequest],
+        folder,
+        update=os.environ.get("COUNTERSIGN_UPDATE_SCHEMAS") == "1",
+    )
+    assert not stale, f"schemas out of date: {stale}; rerun with COUNTERSIGN_UPDATE_SCHEMAS=1"

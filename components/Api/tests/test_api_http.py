@@ -1,0 +1,393 @@
+"""The HTTP API on the real stack: embedded Postgres, real n8n, Radicale (CalDAV), aiosmtpd (SMTP).
+
+Served by uvicorn on a loopback port and called over HTTP as a front-end would: every endpoint's
+success and refusal paths, the event stream (replay, live, resume with Last-Event-ID), and the
+meeting use case from a structured intent to the event in the calendar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from countersign.api import ApiConfig, PlanService, UserStore, create_app, fold_events
+from countersign.api.testing import serve
+from countersign.kernel import Policy
+from countersign.n8n import N8nClient, N8nHandle
+from countersign.n8n.providers import Radicale, SmtpSink
+from countersign.preview import N8nTransport, StepTransport
+from countersign.registry import Registry
+from countersign.signer import KeyRing
+from countersign.storage import Database
+from countersign.workflowbuilder import CredentialRef
+
+pytestmark = pytest.mark.slow
+
+ALICE, BOB = "alice@example.com", "bob@example.com"
+LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+
+
+def _window() -> tuple[str, str]:
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    start, end = day + timedelta(hours=13), day + timedelta(hours=18)
+    return (start.strftime("%Y-%m-%dT%H:%M:%SZ"), end.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _meeting(title: str = "Sync", **extra: Any) -> dict[str, Any]:
+    start, end = _window()
+    return {
+        "intent": {
+            "intent": "schedule_meeting",
+            "entities": {
+                "participants": [ALICE, BOB],
+                "duration_min": 30,
+                "title": title,
+                "window_start": start,
+                "window_end": end,
+            },
+            **extra,
+        }
+    }
+
+
+@pytest.fixture(scope="module")
+def smtp_cred(n8n: N8nHandle, smtp_server: SmtpSink) -> CredentialRef:
+    async def make() -> dict[str, Any]:
+        async with N8nClient(n8n.base_url, n8n.api_key) as c:
+            return await c.create_credential(
+                "api smtp",
+                "smtp",
+                {
+                    "host": smtp_server.host,
+                    "port": smtp_server.port,
+                    "secure": False,
+                    "disableStartTls": True,
+                    "user": "",
+                    "password": "",
+                },
+            )
+
+    return CredentialRef(id=str(asyncio.run(make())["id"]), name="api smtp")
+
+
+class Api:
+    """An HTTP client per user against the served app."""
+
+    def __init__(
+        self, base: str, keys: dict[str, str], db: Database, radicale: Radicale, smtp: SmtpSink
+    ) -> None:
+        self.base, self.keys, self.db, self.radicale, self.smtp = base, keys, db, radicale, smtp
+
+    def client(self, user: str | None = ALICE, **kw: Any) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.keys[user]}"} if user else {}
+        return httpx.Client(base_url=self.base, headers=headers, timeout=60, **kw)
+
+    def events_in_calendar(self) -> list[str]:
+        return self.radicale.events(ALICE)
+
+
+@pytest.fixture
+def api(
+    n8n: N8nHandle,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    radicale: Radicale,
+    smtp_server: SmtpSink,
+    smtp_cred: CredentialRef,
+) -> Iterator[Api]:
+    for user in (ALICE, BOB):
+        radicale.make_calendar(user)
+        for name in radicale.events(user):
+            httpx.delete(radicale.calendar_url(user) + name, timeout=5)
+    smtp_server.messages.clear()
+    clock = lambda: datetime.now(UTC)  # noqa: E731
+    service = PlanService(
+        db=db,
+        registry=registry,
+        keyring=keyring,
+        policy=LOCAL,
+        transport=None,
+        connector_settings={
+            "caldav_base_url": radicale.base_url,
+            "smtp_from": "countersign@example.com",
+        },
+        credentials={"smtp": smtp_cred},
+        clock=clock,
+    )
+    users = UserStore(db, clock=clock)
+    keys = {ALICE: users.add(ALICE), BOB: users.add(BOB), "root": users.add("root", admin=True)}
+
+    @asynccontextmanager
+    async def runtime() -> AsyncIterator[StepTransport]:
+        async with N8nClient(n8n.base_url, n8n.api_key) as client:
+            yield N8nTransport(client)
+
+    dsn = db.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
+    app = create_app(service, users, ApiConfig(listen_dsn=dsn, runtime=runtime, sse_ping_s=1))
+    with serve(app) as base:
+        yield Api(base, keys, db, radicale, smtp_server)
+
+
+def _problem(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = r.json()
+    assert body["code"] == code and body["type"].endswith("/" + code) and body["status"] == status
+    return body
+
+
+def _slot(preview: dict[str, Any]) -> dict[str, str]:
+    slot = preview["normalized"]["steps"]["3"]["slots"][0]
+    start = datetime.fromisoformat(slot["start"].replace("Z", "+00:00"))
+    return {
+        "start": slot["start"],
+        "end": (start + timedelta(minutes=30)).isoformat().replace("+00:00", "Z"),
+    }
+
+
+def _sse(
+    base: str, key: str, plan_id: str, *, last: int | None = None, follow: bool = False
+) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {key}"}
+    if last is not None:
+        headers["Last-Event-ID"] = str(last)
+    out: list[dict[str, Any]] = []
+    with httpx.stream(
+        "GET",
+        f"{base}/v1/plans/{plan_id}/events",
+        params={"follow": str(follow).lower()},
+        headers=headers,
+        timeout=30,
+    ) as r:
+        assert r.status_code == 200, r.read()
+        current: dict[str, Any] = {}
+        for line in r.iter_lines():
+            if line.startswith("id:"):
+                current["id"] = int(line[3:].strip())
+            elif line.startswith("event:"):
+                current["event"] = line[6:].strip()
+            elif line.startswith("data:"):
+                current["data"] = json.loads(line[5:].strip())
+            elif line == "" and current:
+                out.append(current)
+                current = {}
+    return out
+
+
+def test_no_credentials_are_401_problems(api: Api) -> None:
+    with api.client(None) as c:
+        _problem(c.get("/v1/plans"), 401, "unauthenticated")
+        _problem(c.post("/v1/intents", json=_meeting()), 401, "unauthenticated")
+        _problem(
+            c.get("/v1/plans", headers={"Authorization": "Bearer cs_nope"}), 401, "unauthenticated"
+        )
+        _problem(c.get("/v1/plans", headers={"Authorization": "Basic abc"}), 401, "unauthenticated")
+        assert c.get("/healthz").json()["database"] == "ok"
+        assert c.get("/openapi.json").json()["info"]["title"] == "Countersign"
+
+
+def test_bad_bodies_are_named(api: Api) -> None:
+    with api.client() as c:
+        _problem(c.post("/v1/intents", json={"text": "meet bob"}), 422, "text_not_supported")
+        _problem(c.post("/v1/intents", json={"intnet": {}}), 422, "invalid_request")
+        body = _problem(
+            c.post(
+                "/v1/intents", content=b"{not json", headers={"content-type": "application/json"}
+            ),
+            422,
+            "invalid_request",
+        )
+        assert body["detail"]
+        other = _meeting(user_id=BOB)
+        assert BOB in _problem(c.post("/v1/intents", json=other), 422, "user_mismatch")["detail"]
+        bad = _meeting()
+        bad["intent"]["entities"]["duration_min"] = "soon"
+        assert (
+            "duration_min"
+            in _problem(c.post("/v1/intents", json=bad), 422, "planning_error")["detail"]
+        )
+        _problem(c.get("/v1/plans/01ZZZZZZZZZZZZZZZZZZZZZZZZ"), 404, "plan_not_found")
+        _problem(c.get("/v1/plans", params={"cursor": "!!"}), 422, "invalid_cursor")
+
+
+def test_meeting_over_http_preview_approve_execute_once(api: Api) -> None:
+    with api.client() as alice, api.client(BOB) as bob:
+        r = alice.post("/v1/intents", json=_meeting())
+        assert r.status_code == 201, r.text
+        body = r.json()
+        plan_id = body["plan_id"]
+        assert body["gates"] == ["gate-A"] and body["preview"]["can_execute"], body
+        assert body["plan"]["intent"]["user_id"] == ALICE
+        assert api.events_in_calendar() == [] and api.smtp.messages == []  # preview never writes
+        shown = alice.get(f"/v1/plans/{plan_id}").json()
+        assert shown["status"] == "previewed" and shown["plan_hash"] == body["plan_hash"]
+        # another user sees nothing of it
+        _problem(bob.get(f"/v1/plans/{plan_id}"), 404, "plan_not_found")
+        _problem(
+            bob.post(f"/v1/plans/{plan_id}/gates/gate-A/approve", json={}), 404, "plan_not_found"
+        )
+        _problem(
+            alice.post(f"/v1/plans/{plan_id}/gates/gate-Z/approve", json={}), 422, "invalid_input"
+        )
+        # execute without a token is refused; with one it writes once
+        _problem(
+            alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}}), 409, "execute_refused"
+        )
+        tok = alice.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": _slot(body["preview"])}
+        )
+        assert tok.status_code == 200, tok.text
+        token = tok.json()["token"]
+        done = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
+        assert done.status_code == 202, done.text
+        assert done.json()["status"] == "completed"
+        assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2
+        # the same token again: refused with its reason, nothing more written
+        _problem(
+            alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}}),
+            403,
+            "token_reused",
+        )
+        assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2
+        shown = alice.get(f"/v1/plans/{plan_id}").json()
+        assert {s["step"]: s["status"] for s in shown["steps"] if s["step"] >= 5} == {
+            5: "succeeded",
+            6: "succeeded",
+            7: "succeeded",
+        }
+        assert shown["gates"][0]["status"] == "approved"
+        # the event log says what happened, in order; resumable without loss or repeat
+        events = _sse(api.base, api.keys[ALICE], plan_id)
+        assert [e["id"] for e in events] == list(range(1, len(events) + 1))
+        kinds = [e["event"] for e in events]
+        assert kinds[0] == "plan_signed" and "preview_run" in kinds and "gate_approved" in kinds
+        tail = _sse(api.base, api.keys[ALICE], plan_id, last=3)
+        assert [e["id"] for e in tail] == [e["id"] for e in events[3:]]
+        assert (
+            fold_events([{**e["data"], "seq": e["id"]} for e in events]).status == shown["status"]
+        )
+        audit = alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
+        assert len(audit) == len(events)
+        _problem(alice.get("/v1/audit"), 403, "admin_only")
+        _problem(bob.get("/v1/audit", params={"plan_id": plan_id}), 404, "plan_not_found")
+
+
+def test_live_events_arrive_and_resume(api: Api) -> None:
+    with api.client() as alice:
+        plan_id = alice.post("/v1/intents", json=_meeting("Live")).json()["plan_id"]
+        seen: list[dict[str, Any]] = []
+        stop = threading.Event()
+
+        def listen() -> None:
+            headers = {"Authorization": f"Bearer {api.keys[ALICE]}"}
+            with httpx.stream(
+                "GET", f"{api.base}/v1/plans/{plan_id}/events", headers=headers, timeout=30
+            ) as r:
+                current: dict[str, Any] = {}
+                for line in r.iter_lines():
+                    if line.startswith("id:"):
+                        current["id"] = int(line[3:].strip())
+                    elif line.startswith("event:"):
+                        current["event"] = line[6:].strip()
+                    elif line == "" and current:
+                        seen.append(current)
+                        current = {}
+                    if stop.is_set():
+                        return
+
+        t = threading.Thread(target=listen, daemon=True)
+        t.start()
+        deadline = datetime.now(UTC) + timedelta(seconds=20)
+        while len(seen) < 2 and datetime.now(UTC) < deadline:  # signed + previewed, replayed
+            threading.Event().wait(0.05)
+        before = len(seen)
+        assert alice.post(f"/v1/plans/{plan_id}/cancel").json()["status"] == "cancelled"
+        while len(seen) == before and datetime.now(UTC) < deadline:
+            threading.Event().wait(0.05)
+        stop.set()
+        assert seen[-1]["event"] == "plan_cancelled"
+        assert [e["id"] for e in seen] == list(range(1, len(seen) + 1))
+        # a cancelled plan runs nothing more
+        _problem(alice.post(f"/v1/plans/{plan_id}/preview"), 409, "plan_cancelled")
+        assert alice.get(f"/v1/plans/{plan_id}").json()["status"] == "cancelled"
+
+
+def test_list_is_newest_first_and_paginated(api: Api) -> None:
+    with api.client() as alice, api.client(BOB) as bob:
+        ids = [
+            alice.post("/v1/intents", json=_meeting(f"P{i}")).json()["plan_id"] for i in range(3)
+        ]
+        page = alice.get("/v1/plans", params={"limit": 2}).json()
+        assert [p["plan_id"] for p in page["items"]] == ids[::-1][:2]
+        rest = alice.get("/v1/plans", params={"limit": 2, "cursor": page["next_cursor"]}).json()
+        assert [p["plan_id"] for p in rest["items"]] == ids[:1] and rest["next_cursor"] is None
+        assert bob.get("/v1/plans").json()["items"] == []
+
+
+def test_tampered_stored_plan_is_refused(api: Api) -> None:
+    with api.client() as alice:
+        plan_id = alice.post("/v1/intents", json=_meeting("T")).json()["plan_id"]
+        with api.db.tx() as c:
+            row = c.execute(
+                text("SELECT canonical FROM plans WHERE plan_id = :p"), {"p": plan_id}
+            ).one()
+            doc = json.loads(bytes(row.canonical))
+            doc["graph"][4]["args"]["title"] = "Other"
+            c.execute(
+                text("UPDATE plans SET canonical = :b WHERE plan_id = :p"),
+                {"b": json.dumps(doc).encode(), "p": plan_id},
+            )
+        _problem(alice.post(f"/v1/plans/{plan_id}/preview"), 403, "signature_hash_mismatch")
+        _problem(
+            alice.post(f"/v1/plans/{plan_id}/gates/gate-A/approve", json={}),
+            403,
+            "signature_hash_mismatch",
+        )
+
+
+def test_concurrent_executes_write_once(api: Api) -> None:
+    with api.client() as alice:
+        body = alice.post("/v1/intents", json=_meeting("Race")).json()
+        plan_id, slot = body["plan_id"], _slot(body["preview"])
+        tokens = [
+            alice.post(f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": slot}).json()[
+                "token"
+            ]
+            for _ in range(2)
+        ]
+
+    async def both() -> list[httpx.Response]:
+        async with httpx.AsyncClient(
+            base_url=api.base, timeout=60, headers={"Authorization": f"Bearer {api.keys[ALICE]}"}
+        ) as c:
+            return list(
+                await asyncio.gather(
+                    *(
+                        c.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": t}})
+                        for t in tokens
+                    )
+                )
+            )
+
+    answers = asyncio.run(both())
+    assert any(r.status_code == 202 for r in answers), [r.text for r in answers]
+    assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2
+
+
+def test_metrics_and_health(api: Api) -> None:
+    with api.client() as c:
+        c.get("/v1/plans")
+        text_ = c.get("/metrics").text
+        assert "countersign_http_request_seconds_bucket" in text_
+        assert 'route="/v1/plans"' in text_
+        assert c.get("/healthz").status_code == 200
