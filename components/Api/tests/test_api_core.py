@@ -16,7 +16,9 @@ from countersign.api.core import decode_cursor, encode_cursor
 from countersign.kernel import schema_snapshot
 
 
-def _e(seq: int, kind: str, status: str = "ok", step: int | None = None, op: str | None = None) -> dict[str, object]:
+def _e(
+    seq: int, kind: str, status: str = "ok", step: int | None = None, op: str | None = None
+) -> dict[str, object]:
     return {"seq": seq, "kind": kind, "status": status, "step": step, "op": op, "details": {}}
 
 
@@ -38,16 +40,23 @@ def test_status_follows_the_log() -> None:
     assert state.gates == {"gate-A": "approved"}
     assert fold_events([*events, _e(10, "durable_finished", "completed")]).status == "completed"
     assert fold_events([*events, _e(10, "plan_cancelled", "cancelled")]).status == "cancelled"
-    assert fold_events([_e(1, "step_compensated", "error", step=5)]).steps == {5: "compensation_failed"}
+    assert fold_events([_e(1, "step_compensated", "error", step=5)]).steps == {
+        5: "compensation_failed"
+    }
 
 
-@given(st.lists(st.sampled_from(["token_refused", "execute_refused", "plan_refused", "token_issued"])))
+@given(
+    st.lists(st.sampled_from(["token_refused", "execute_refused", "plan_refused", "token_issued"]))
+)
 def test_refusals_never_move_the_status(kinds: list[str]) -> None:
     events = [_e(1, "plan_signed"), *(_e(i + 2, k, "refused") for i, k in enumerate(kinds))]
     assert fold_events(events).status == "signed"
 
 
-@given(st.datetimes(timezones=st.just(UTC)), st.text(alphabet="0123456789ABCDEFGHJKMNPQRSTVWXYZ", min_size=26, max_size=26))
+@given(
+    st.datetimes(timezones=st.just(UTC)),
+    st.text(alphabet="0123456789ABCDEFGHJKMNPQRSTVWXYZ", min_size=26, max_size=26),
+)
 def test_cursor_roundtrip(at: datetime, plan_id: str) -> None:
     assert decode_cursor(encode_cursor(at, plan_id)) == (at, plan_id)
 

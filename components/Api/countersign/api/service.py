@@ -78,6 +78,11 @@ class PlanService:
         self.transport = transport
         self.executor.transport = transport
 
+    def use_credentials(self, credentials: Mapping[str, CredentialRef]) -> None:
+        """The n8n credentials generated nodes use (the API learns them when n8n is up)."""
+        self.credentials = dict(credentials)
+        self.executor.credentials = self.credentials
+
     # ---- intents -------------------------------------------------------------------------------
     def intent_from(self, body: Mapping[str, Any], user_id: str) -> Intent:
         """A structured intent from a request body; the server fills id, time and user."""

@@ -16,6 +16,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from countersign.api.cli import register as register_api_verbs
 from countersign.audit.cli import app as audit_app
 from countersign.durable.cli import app as temporal_app
 from countersign.durable.runtime import temporal_start, temporal_status, temporal_stop
@@ -62,6 +63,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(audit_app, name="audit")
 app.add_typer(n8n_app, name="n8n")
 app.add_typer(temporal_app, name="temporal")
+register_api_verbs(app)
 
 EXIT_REFUSED = 1
 EXIT_INPUT = 2

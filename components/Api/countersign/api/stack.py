@@ -1,0 +1,131 @@
+"""Composition root: the service, users and app from ``Settings`` (used by ``countersign api``,
+``countersign up`` and the CLI verbs, so every edge runs the same engines the same way)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from countersign.kernel import (
+    InputError,
+    Policy,
+    Settings,
+    loads_strict,
+    loads_yaml_strict,
+    parse_contract,
+)
+from countersign.n8n import N8nClient, handle_from
+from countersign.preview import N8nTransport, StepTransport
+from countersign.registry import load_registry
+from countersign.signer import open_keyring
+from countersign.storage import Database
+from countersign.workflowbuilder import CredentialRef
+
+from .app import ApiConfig, create_app
+from .service import PlanService
+from .users import UserStore
+
+__all__ = ["SANDBOX_POLICY", "Stack", "build_app", "load_policy", "open_stack"]
+
+#: on embedded defaults, capabilities point at the sandbox providers (real ones are a setting)
+SANDBOX_POLICY: dict[str, Any] = {
+    "providers": {"calendar": "caldav", "mail": "smtp", "chat": "slack"}
+}
+_SMTP_CREDENTIAL = "countersign smtp"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def load_policy(path: Path | None) -> Policy:
+    """The Policy from a JSON/YAML file, or the sandbox default."""
+    if path is None:
+        return parse_contract(Policy, SANDBOX_POLICY, what="policy")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from e
+    doc = (
+        loads_yaml_strict(data, what=str(path))
+        if path.suffix in {".yaml", ".yml"}
+        else loads_strict(data, what=str(path))
+    )
+    return parse_contract(Policy, doc, what=f"policy {path}")
+
+
+@dataclass
+class Stack:
+    """The composed service and its user store."""
+
+    settings: Settings
+    service: PlanService
+    users: UserStore
+
+
+def open_stack(
+    settings: Settings,
+    *,
+    policy: Policy | None = None,
+    clock: Callable[[], datetime] = _now,
+) -> Stack:
+    """Open the database, registry and key ring; the service without a step runtime yet."""
+    db = Database.open(settings)
+    service = PlanService(
+        db=db,
+        registry=load_registry(settings.registry_dir),
+        keyring=open_keyring(settings, now=clock(), create=True),
+        policy=policy or load_policy(None),
+        transport=None,
+        connector_settings=dict(settings.connector_settings),
+        clock=clock,
+        signer_name=settings.signer_name,
+    )
+    return Stack(settings=settings, service=service, users=UserStore(db, clock=clock))
+
+
+async def _smtp_credential(client: N8nClient, settings: Settings) -> CredentialRef:
+    """The n8n SMTP credential for the configured server (created once, remembered)."""
+    host = settings.connector_settings.get("smtp_host", "127.0.0.1")
+    port = int(settings.connector_settings.get("smtp_port", "2525"))
+    memo = settings.home / "n8n" / "smtp-credential.json"
+    want = {"host": host, "port": port}
+    if memo.exists():
+        known = json.loads(memo.read_text())
+        if known.get("server") == want:
+            return CredentialRef(id=str(known["id"]), name=_SMTP_CREDENTIAL)
+    made = await client.create_credential(
+        _SMTP_CREDENTIAL,
+        "smtp",
+        {**want, "secure": False, "disableStartTls": True, "user": "", "password": ""},
+    )
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    memo.write_text(json.dumps({"id": str(made["id"]), "server": want}))
+    return CredentialRef(id=str(made["id"]), name=_SMTP_CREDENTIAL)
+
+
+@asynccontextmanager
+async def n8n_runtime(stack: Stack) -> AsyncIterator[StepTransport]:
+    """The running n8n of the data folder as the step runtime (with its SMTP credential)."""
+    handle = handle_from(stack.settings.home / "n8n")
+    async with N8nClient(handle.base_url, handle.api_key) as client:
+        cred = await _smtp_credential(client, stack.settings)
+        stack.service.use_credentials({"smtp": cred})
+        yield N8nTransport(client)
+
+
+def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
+    """The API app over the stack, with n8n as its step runtime and LISTEN for events."""
+    cfg = config or ApiConfig()
+    cfg.runtime = cfg.runtime or (lambda: n8n_runtime(stack))
+    cfg.listen_dsn = cfg.listen_dsn or stack.service.db.engine.url.render_as_string(
+        hide_password=False
+    ).replace("+psycopg", "")
+    return create_app(stack.service, stack.users, cfg)
