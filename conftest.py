@@ -5,4 +5,5 @@ pytest_plugins: list[str] = [
     "countersign.n8n.testing",
     "countersign.n8n.providers",
     "countersign.storage.testing",
+    "countersign.api.testing",
 ]

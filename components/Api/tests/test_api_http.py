@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,21 +17,12 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from countersign.api import ApiConfig, PlanService, UserStore, create_app, fold_events
-from countersign.api.testing import serve
-from countersign.kernel import Policy
-from countersign.n8n import N8nClient, N8nHandle
-from countersign.n8n.providers import Radicale, SmtpSink
-from countersign.preview import N8nTransport, StepTransport
-from countersign.registry import Registry
-from countersign.signer import KeyRing
-from countersign.storage import Database
-from countersign.workflowbuilder import CredentialRef
+from countersign.api import fold_events
+from countersign.api.testing import ALICE, BOB, ApiHarness
 
 pytestmark = pytest.mark.slow
 
-ALICE, BOB = "alice@example.com", "bob@example.com"
-LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+Api = ApiHarness
 
 
 def _window() -> tuple[str, str]:
@@ -57,85 +46,6 @@ def _meeting(title: str = "Sync", **extra: Any) -> dict[str, Any]:
             **extra,
         }
     }
-
-
-@pytest.fixture(scope="module")
-def smtp_cred(n8n: N8nHandle, smtp_server: SmtpSink) -> CredentialRef:
-    async def make() -> dict[str, Any]:
-        async with N8nClient(n8n.base_url, n8n.api_key) as c:
-            return await c.create_credential(
-                "api smtp",
-                "smtp",
-                {
-                    "host": smtp_server.host,
-                    "port": smtp_server.port,
-                    "secure": False,
-                    "disableStartTls": True,
-                    "user": "",
-                    "password": "",
-                },
-            )
-
-    return CredentialRef(id=str(asyncio.run(make())["id"]), name="api smtp")
-
-
-class Api:
-    """An HTTP client per user against the served app."""
-
-    def __init__(
-        self, base: str, keys: dict[str, str], db: Database, radicale: Radicale, smtp: SmtpSink
-    ) -> None:
-        self.base, self.keys, self.db, self.radicale, self.smtp = base, keys, db, radicale, smtp
-
-    def client(self, user: str | None = ALICE, **kw: Any) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.keys[user]}"} if user else {}
-        return httpx.Client(base_url=self.base, headers=headers, timeout=60, **kw)
-
-    def events_in_calendar(self) -> list[str]:
-        return self.radicale.events(ALICE)
-
-
-@pytest.fixture
-def api(
-    n8n: N8nHandle,
-    db: Database,
-    registry: Registry,
-    keyring: KeyRing,
-    radicale: Radicale,
-    smtp_server: SmtpSink,
-    smtp_cred: CredentialRef,
-) -> Iterator[Api]:
-    for user in (ALICE, BOB):
-        radicale.make_calendar(user)
-        for name in radicale.events(user):
-            httpx.delete(radicale.calendar_url(user) + name, timeout=5)
-    smtp_server.messages.clear()
-    clock = lambda: datetime.now(UTC)  # noqa: E731
-    service = PlanService(
-        db=db,
-        registry=registry,
-        keyring=keyring,
-        policy=LOCAL,
-        transport=None,
-        connector_settings={
-            "caldav_base_url": radicale.base_url,
-            "smtp_from": "countersign@example.com",
-        },
-        credentials={"smtp": smtp_cred},
-        clock=clock,
-    )
-    users = UserStore(db, clock=clock)
-    keys = {ALICE: users.add(ALICE), BOB: users.add(BOB), "root": users.add("root", admin=True)}
-
-    @asynccontextmanager
-    async def runtime() -> AsyncIterator[StepTransport]:
-        async with N8nClient(n8n.base_url, n8n.api_key) as client:
-            yield N8nTransport(client)
-
-    dsn = db.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
-    app = create_app(service, users, ApiConfig(listen_dsn=dsn, runtime=runtime, sse_ping_s=1))
-    with serve(app) as base:
-        yield Api(base, keys, db, radicale, smtp_server)
 
 
 def _problem(r: httpx.Response, status: int, code: str) -> dict[str, Any]:

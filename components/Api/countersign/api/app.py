@@ -93,6 +93,59 @@ class ExecuteRequest(_Body):
     )
 
 
+class Problem(BaseModel):
+    """An RFC 9457 problem document."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    errors: list[dict[str, Any]] | None = None
+
+
+#: problem statuses each kind of operation can answer (documented in the OpenAPI schema)
+_AUTHED = (401, 403, 404, 409, 422, 429, 503)
+
+
+def _document_problems(app: FastAPI) -> None:
+    """Every operation documents the problem+json answers it can give (schemathesis checks it)."""
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        doc = base()
+        doc.setdefault("components", {}).setdefault("schemas", {})["Problem"] = (
+            Problem.model_json_schema()
+        )
+        ref = {"$ref": "#/components/schemas/Problem"}
+        for path, ops in doc.get("paths", {}).items():
+            for op in ops.values():
+                responses = op.setdefault("responses", {})
+                responses.pop("422", None)
+                public = path in {"/healthz", "/metrics"}
+                if path == "/healthz":
+                    responses["503"] = {
+                        "description": "a dependency is down (each one's state in the body)",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                for status in () if public else _AUTHED:
+                    responses[str(status)] = {
+                        "description": "a problem (RFC 9457)",
+                        "content": {"application/problem+json": {"schema": ref}},
+                    }
+                if not public:
+                    op["security"] = [{"bearer": []}]
+        doc["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"},
+        }
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 class _RateLimiter:
     def __init__(self, per_min: int) -> None:
         self.per_min = per_min
@@ -417,6 +470,7 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
             generate_latest(metrics).decode(), media_type="text/plain; version=0.0.4"
         )
 
+    _document_problems(app)
     return app
 
 

@@ -1,17 +1,40 @@
-"""Test seam: serve an app on a free loopback port with uvicorn in a thread (real HTTP, real SSE)."""
+"""Test seams (a pytest plugin loaded by the root conftest): serve an app on a free loopback port
+with uvicorn in a thread (real HTTP, real SSE), and ``api``: the whole service on the real stack
+(embedded Postgres, n8n, Radicale, aiosmtpd) with users alice, bob and an admin."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime
+from typing import Any
 
+import httpx
+import pytest
 import uvicorn
 from fastapi import FastAPI
 
-__all__ = ["serve"]
+from countersign.kernel import Policy
+from countersign.n8n import N8nClient, N8nHandle
+from countersign.n8n.providers import Radicale, SmtpSink
+from countersign.preview import N8nTransport, StepTransport
+from countersign.registry import Registry
+from countersign.signer import KeyRing
+from countersign.storage import Database
+from countersign.workflowbuilder import CredentialRef
+
+from .app import ApiConfig, create_app
+from .service import PlanService
+from .users import UserStore
+
+__all__ = ["ALICE", "BOB", "ApiHarness", "api", "api_smtp_credential", "serve"]
+
+ALICE, BOB = "alice@example.com", "bob@example.com"
+LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 
 
 def _free_port() -> int:
@@ -38,3 +61,97 @@ def serve(app: FastAPI, *, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+class ApiHarness:
+    """The served API, a key per user, and the sandbox peers it writes to."""
+
+    def __init__(
+        self,
+        base: str,
+        keys: dict[str, str],
+        service: PlanService,
+        radicale: Radicale,
+        smtp: SmtpSink,
+    ) -> None:
+        self.base, self.keys, self.service = base, keys, service
+        self.db: Database = service.db
+        self.radicale, self.smtp = radicale, smtp
+
+    def client(self, user: str | None = ALICE, **kw: Any) -> httpx.Client:
+        """An HTTP client authenticated as ``user`` (None: no credentials)."""
+        headers = {"Authorization": f"Bearer {self.keys[user]}"} if user else {}
+        return httpx.Client(base_url=self.base, headers=headers, timeout=60, **kw)
+
+    def events_in_calendar(self) -> list[str]:
+        """Events in Alice's sandbox calendar."""
+        return self.radicale.events(ALICE)
+
+
+@pytest.fixture(scope="session")
+def api_smtp_credential(n8n: N8nHandle, smtp_server: SmtpSink) -> CredentialRef:
+    """An n8n SMTP credential for the test mail server."""
+
+    async def make() -> dict[str, Any]:
+        async with N8nClient(n8n.base_url, n8n.api_key) as c:
+            return await c.create_credential(
+                "api smtp",
+                "smtp",
+                {
+                    "host": smtp_server.host,
+                    "port": smtp_server.port,
+                    "secure": False,
+                    "disableStartTls": True,
+                    "user": "",
+                    "password": "",
+                },
+            )
+
+    return CredentialRef(id=str(asyncio.run(make())["id"]), name="api smtp")
+
+
+@pytest.fixture
+def api(
+    n8n: N8nHandle,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    radicale: Radicale,
+    smtp_server: SmtpSink,
+    api_smtp_credential: CredentialRef,
+) -> Iterator[ApiHarness]:
+    """The API served over the real stack; empty calendars and mailbox."""
+    for user in (ALICE, BOB):
+        radicale.make_calendar(user)
+        for name in radicale.events(user):
+            httpx.delete(radicale.calendar_url(user) + name, timeout=5)
+    smtp_server.messages.clear()
+
+    def clock() -> datetime:
+        return datetime.now(UTC)
+
+    service = PlanService(
+        db=db,
+        registry=registry,
+        keyring=keyring,
+        policy=LOCAL,
+        transport=None,
+        connector_settings={
+            "caldav_base_url": radicale.base_url,
+            "smtp_from": "countersign@example.com",
+        },
+        credentials={"smtp": api_smtp_credential},
+        clock=clock,
+    )
+    users = UserStore(db, clock=clock)
+    keys = {ALICE: users.add(ALICE), BOB: users.add(BOB), "root": users.add("root", admin=True)}
+
+    @asynccontextmanager
+    async def runtime() -> AsyncIterator[StepTransport]:
+        async with N8nClient(n8n.base_url, n8n.api_key) as client:
+            yield N8nTransport(client)
+
+    dsn = db.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
+    app = create_app(service, users, ApiConfig(listen_dsn=dsn, runtime=runtime, sse_ping_s=1))
+    with serve(app) as base:
+        yield ApiHarness(base, keys, service, radicale, smtp_server)
