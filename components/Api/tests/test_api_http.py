@@ -301,3 +301,48 @@ def test_metrics_and_health(api: Api) -> None:
         assert "countersign_http_request_seconds_bucket" in text_
         assert 'route="/v1/plans"' in text_
         assert c.get("/healthz").status_code == 200
+
+
+def test_registry_edit_refuses_plans_signed_before(api: Api) -> None:
+    with api.client() as alice, api.client("root") as root:
+        body = alice.post("/v1/intents", json=_meeting("Before")).json()
+        plan_id = body["plan_id"]
+        caldav = alice.get("/v1/registry/connectors/caldav").json()
+        assert caldav["revision"] == 0 and caldav["document"]["id"] == "caldav"
+        doc = caldav["document"]
+        doc["description"] = doc["description"] + " (edited)"
+        _problem(alice.put("/v1/registry/connectors/caldav", json=doc), 403, "admin_only")
+        # invalid: named with the registry's own error (file and field); nothing stored
+        bad = {**doc, "ops": {**doc["ops"], "nope": {"description": "x"}}}
+        problem = _problem(
+            root.put("/v1/registry/connectors/caldav", json=bad), 422, "registry_invalid"
+        )
+        assert "nope" in problem["detail"]
+        _problem(root.put("/v1/registry/connectors/smtp", json=doc), 422, "invalid_input")
+        _problem(alice.get("/v1/registry/connectors/nothing"), 404, "registry_item_not_found")
+        assert (
+            alice.get("/v1/registry").json()["version"] == body["plan"]["meta"]["registry_version"]
+        )
+        edited = root.put("/v1/registry/connectors/caldav", json=doc)
+        assert edited.status_code == 200, edited.text
+        assert edited.json()["revision"] == 1
+        assert edited.json()["registry_version"] != body["plan"]["meta"]["registry_version"]
+        # the plan signed before the edit never runs against the new definitions
+        _problem(alice.post(f"/v1/plans/{plan_id}/preview"), 409, "registry_changed")
+        tok = alice.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": _slot(body["preview"])}
+        )
+        if tok.status_code == 200:
+            _problem(
+                alice.post(
+                    f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": tok.json()["token"]}}
+                ),
+                409,
+                "registry_changed",
+            )
+        assert api.events_in_calendar() == []
+        # a plan made now is signed against the new version and runs
+        fresh = alice.post("/v1/intents", json=_meeting("After")).json()
+        assert fresh["plan"]["meta"]["registry_version"] == edited.json()["registry_version"]
+        assert fresh["preview"]["can_execute"]
+        assert alice.get("/v1/registry/connectors/caldav").json()["revision"] == 1

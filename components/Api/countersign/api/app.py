@@ -13,7 +13,7 @@ import hmac
 import json
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -35,10 +35,12 @@ from .errors import (
     AuthError,
     BadCursorError,
     RateLimitedError,
+    RegistryItemNotFoundError,
     TextNotSupportedError,
 )
 from .events import EventHub
 from .problems import problem, status_for
+from .registry_store import Kind, RegistryStore
 from .service import PlanService
 from .users import Principal, UserStore
 
@@ -62,6 +64,8 @@ class ApiConfig:
     listen_dsn: str | None = None
     #: keep-alive comment interval on event streams, seconds
     sse_ping_s: int = 15
+    #: where registry edits are stored (None: the registry is read-only over the API)
+    registry_store: RegistryStore | None = None
     #: opens the step runtime for the app's lifetime (an n8n client); None = keep the service's
     runtime: Callable[[], contextlib.AbstractAsyncContextManager[StepTransport]] | None = None
 
@@ -444,6 +448,43 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
             "version": reg.version,
             "connectors": sorted(reg.connectors),
             "intents": sorted(reg.intents),
+        }
+
+    @app.get("/v1/registry/{kind}/{name}", tags=["registry"])
+    def registry_file(kind: Kind, name: str, who: Caller) -> dict[str, Any]:
+        """One connector or intent as the service plans with it, and its API revision."""
+        reg = service.registry
+        table: Mapping[str, Any] = reg.connectors if kind == "connectors" else reg.intents
+        item = table.get(name)
+        if item is None:
+            raise RegistryItemNotFoundError(f"no {kind[:-1]} {name[:64]!r} in the registry")
+        store = cfg.registry_store
+        return {
+            "kind": kind,
+            "name": name,
+            "revision": store.revision(kind, name) if store else 0,
+            "registry_version": reg.version,
+            "document": item.to_json(),
+        }
+
+    @app.put("/v1/registry/{kind}/{name}", tags=["registry"])
+    def put_registry_file(
+        kind: Kind, name: str, document: dict[str, JsonValue], who: Caller
+    ) -> dict[str, Any]:
+        """Replace one connector or intent (admins only): validated with the registry's own
+        errors, stored as a new revision; plans signed before are refused from now on."""
+        if not who.admin:
+            raise AdminOnlyError("only an admin edits the registry")
+        store = cfg.registry_store
+        if store is None:
+            raise AdminOnlyError("this service's registry is read-only")
+        reg = store.put(kind, name, document, author=who.user_id)
+        service.use_registry(reg)
+        return {
+            "kind": kind,
+            "name": name,
+            "revision": store.revision(kind, name),
+            "registry_version": reg.version,
         }
 
     @app.get("/healthz", tags=["service"])

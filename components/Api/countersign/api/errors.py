@@ -12,6 +12,7 @@ __all__ = [
     "PlanCancelledError",
     "PlanNotFoundError",
     "RateLimitedError",
+    "RegistryItemNotFoundError",
     "TextNotSupportedError",
     "UnknownUserError",
     "UserExistsError",
@@ -48,6 +49,12 @@ class PlanNotFoundError(ApiError):
     """No such plan for this caller (another user's plan is reported the same way)."""
 
     code = "plan_not_found"
+
+
+class RegistryItemNotFoundError(ApiError):
+    """No such connector or intent in the registry."""
+
+    code = "registry_item_not_found"
 
 
 class PlanCancelledError(ApiError):

@@ -34,6 +34,7 @@ from .errors import (
     PlanCancelledError,
     PlanNotFoundError,
     RateLimitedError,
+    RegistryItemNotFoundError,
 )
 
 __all__ = ["PROBLEM_BASE", "problem", "status_for"]
@@ -45,6 +46,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (AdminOnlyError, 403),
     (RateLimitedError, 429),
     (PlanNotFoundError, 404),
+    (RegistryItemNotFoundError, 404),
     (InputError, 422),
     (PlanningError, 422),
     (SignatureError, 403),

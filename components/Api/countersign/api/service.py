@@ -31,6 +31,7 @@ from countersign.planner import make_plan
 from countersign.preview import StepTransport, StoreRecorder, run_preview
 from countersign.registry import Registry
 from countersign.signer import KeyRing, sign_plan, verify_signed_plan
+from countersign.steps import check_current
 from countersign.storage import Database, PlanStore
 from countersign.workflowbuilder import CredentialRef
 
@@ -77,6 +78,12 @@ class PlanService:
         """Where steps run from now on (the API opens its n8n client when it starts)."""
         self.transport = transport
         self.executor.transport = transport
+
+    def use_registry(self, registry: Registry) -> None:
+        """Plan, preview and execute against this registry from now on (plans signed against
+        another version are refused: ``registry_changed``)."""
+        self.registry = registry
+        self.executor.registry = registry
 
     def use_credentials(self, credentials: Mapping[str, CredentialRef]) -> None:
         """The n8n credentials generated nodes use (the API learns them when n8n is up)."""
@@ -216,6 +223,7 @@ class PlanService:
         self._not_cancelled(plan_id)
         verified = verify_signed_plan(document, keys=self.keyring)
         plan = verified.plan
+        check_current(plan, registry_version=self.registry.version, now=self.clock())
         gates = {s.gate_id for s in plan.graph if s.gate_id}
         if gate_id not in gates:
             raise InputError(

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from countersign.audit import AuditLog
 from countersign.kernel import (
     InputError,
     Policy,
@@ -23,12 +24,12 @@ from countersign.kernel import (
 )
 from countersign.n8n import N8nClient, handle_from
 from countersign.preview import N8nTransport, StepTransport
-from countersign.registry import load_registry
 from countersign.signer import open_keyring
 from countersign.storage import Database
 from countersign.workflowbuilder import CredentialRef
 
 from .app import ApiConfig, create_app
+from .registry_store import RegistryStore
 from .service import PlanService
 from .users import UserStore
 
@@ -68,6 +69,7 @@ class Stack:
     settings: Settings
     service: PlanService
     users: UserStore
+    registry_store: RegistryStore
 
 
 def open_stack(
@@ -78,9 +80,11 @@ def open_stack(
 ) -> Stack:
     """Open the database, registry and key ring; the service without a step runtime yet."""
     db = Database.open(settings)
+    audit = AuditLog(clock=clock)
+    registry_store = RegistryStore(db, settings.registry_dir, audit, clock)
     service = PlanService(
         db=db,
-        registry=load_registry(settings.registry_dir),
+        registry=registry_store.current(),
         keyring=open_keyring(settings, now=clock(), create=True),
         policy=policy or load_policy(None),
         transport=None,
@@ -88,7 +92,12 @@ def open_stack(
         clock=clock,
         signer_name=settings.signer_name,
     )
-    return Stack(settings=settings, service=service, users=UserStore(db, clock=clock))
+    return Stack(
+        settings=settings,
+        service=service,
+        users=UserStore(db, clock=clock),
+        registry_store=registry_store,
+    )
 
 
 async def _smtp_credential(client: N8nClient, settings: Settings) -> CredentialRef:
@@ -125,6 +134,7 @@ def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
     """The API app over the stack, with n8n as its step runtime and LISTEN for events."""
     cfg = config or ApiConfig()
     cfg.runtime = cfg.runtime or (lambda: n8n_runtime(stack))
+    cfg.registry_store = cfg.registry_store or stack.registry_store
     cfg.listen_dsn = cfg.listen_dsn or stack.service.db.engine.url.render_as_string(
         hide_password=False
     ).replace("+psycopg", "")

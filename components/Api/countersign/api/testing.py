@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from countersign.kernel import Policy
+from countersign.kernel import Policy, source_registry_dir
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.n8n.providers import Radicale, SmtpSink
 from countersign.preview import N8nTransport, StepTransport
@@ -28,6 +28,7 @@ from countersign.storage import Database
 from countersign.workflowbuilder import CredentialRef
 
 from .app import ApiConfig, create_app
+from .registry_store import RegistryStore
 from .service import PlanService
 from .users import UserStore
 
@@ -152,6 +153,8 @@ def api(
             yield N8nTransport(client)
 
     dsn = db.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
-    app = create_app(service, users, ApiConfig(listen_dsn=dsn, runtime=runtime, sse_ping_s=1))
+    store = RegistryStore(db, source_registry_dir(), service.audit, clock)
+    config = ApiConfig(listen_dsn=dsn, runtime=runtime, sse_ping_s=1, registry_store=store)
+    app = create_app(service, users, config)
     with serve(app) as base:
         yield ApiHarness(base, keys, service, radicale, smtp_server)

@@ -1,6 +1,6 @@
 """PluginRegistry: connectors bound to n8n nodes, and the intents the planner knows (vR)."""
 
-from .loader import Registry, load_registry, registry_from_documents
+from .loader import Registry, load_registry, read_documents, registry_from_documents
 from .models import (
     ArgSpec,
     Compensation,
@@ -28,6 +28,7 @@ __all__ = [
     "Registry",
     "StepTemplate",
     "load_registry",
+    "read_documents",
     "registry_from_documents",
     "template_fields",
 ]

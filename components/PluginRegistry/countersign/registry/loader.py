@@ -31,7 +31,7 @@ from countersign.kernel import (
 
 from .models import Connector, IntentSpec, Operation
 
-__all__ = ["Registry", "load_registry", "registry_from_documents"]
+__all__ = ["Registry", "load_registry", "read_documents", "registry_from_documents"]
 
 _SUFFIXES = {".yaml", ".yml", ".json"}
 T = TypeVar("T", Connector, IntentSpec)
@@ -135,11 +135,12 @@ def registry_from_documents(connectors: Mapping[str, Any], intents: Mapping[str,
     )
 
 
-def load_registry(folder: Path) -> Registry:
-    """Read and validate every file of a registry folder.
+def read_documents(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every file of a registry folder, parsed strictly but not validated:
+    ``(connectors, intents)``, each keyed by file path (for overlays built on top of a folder).
 
     Raises:
-        RegistryFileError: a file is unreadable or breaks its schema or a cross-file rule.
+        RegistryFileError: the folder is missing or a file is unreadable.
     """
     if not folder.is_dir():
         raise RegistryFileError("registry folder does not exist", file=str(folder))
@@ -149,7 +150,16 @@ def load_registry(folder: Path) -> Registry:
         files = sorted(p for p in d.iterdir() if p.suffix in _SUFFIXES) if d.is_dir() else []
         return {str(p): _read(p) for p in files}
 
-    return registry_from_documents(docs("connectors"), docs("intents"))
+    return docs("connectors"), docs("intents")
+
+
+def load_registry(folder: Path) -> Registry:
+    """Read and validate every file of a registry folder.
+
+    Raises:
+        RegistryFileError: a file is unreadable or breaks its schema or a cross-file rule.
+    """
+    return registry_from_documents(*read_documents(folder))
 
 
 def _cross_check(

@@ -22,7 +22,7 @@ __all__ = ["db", "pg_url"]
 
 _TABLES = (
     "plan_library, outcomes, audit_log, idempotency_keys, gate_decisions, approval_tokens, "
-    "plan_steps, plans, profile_prefs, consents, plan_events, login_links, api_sessions, api_users"
+    "plan_steps, plans, profile_prefs, consents, plan_events, login_links, api_sessions, api_users, registry_docs"
 )
 
 

@@ -7,6 +7,9 @@ notifies channel ``plan_events`` with ``<plan_id>:<seq>`` so a listener (the API
 learns of it without polling. Appends to ``audit_log`` are serialized by the audit head lock, so
 the per-plan numbering has no gaps and no races.
 
+``registry_docs`` holds registry files edited through the API: every edit is a new revision (the
+effective registry is the shipped files overlaid with the newest revision of each edited file).
+
 ``api_users`` holds the people and programs that call the API: the key is stored as its sha256
 (a key is 256 random bits, so a plain digest is enough), never the key itself.
 
@@ -78,6 +81,16 @@ def upgrade() -> None:
           created_at timestamptz NOT NULL,
           expires_at timestamptz NOT NULL
         );
+        CREATE TABLE registry_docs (
+          kind varchar(16) NOT NULL CHECK (kind IN ('connectors', 'intents')),
+          name varchar(64) NOT NULL,
+          revision integer NOT NULL,
+          document jsonb NOT NULL,
+          author varchar(128) NOT NULL,
+          registry_version varchar(64) NOT NULL,
+          created_at timestamptz NOT NULL,
+          PRIMARY KEY (kind, name, revision)
+        );
         CREATE TABLE login_links (
           link_hash varchar(64) PRIMARY KEY,
           user_id varchar(128) NOT NULL REFERENCES api_users(user_id) ON DELETE CASCADE,
@@ -92,6 +105,7 @@ def downgrade() -> None:
     op.execute(
         """
         DROP TABLE IF EXISTS login_links;
+        DROP TABLE IF EXISTS registry_docs;
         DROP TABLE IF EXISTS api_sessions;
         DROP TABLE IF EXISTS api_users;
         DROP TRIGGER IF EXISTS audit_log_plan_events ON audit_log;
