@@ -21,6 +21,7 @@ from sqlalchemy import text
 from countersign.storage import Database
 
 from .core import PlanState, fold_events
+from .reads import Reads
 
 __all__ = ["EventHub", "EventLog"]
 
@@ -32,9 +33,12 @@ class EventLog:
     """Reads a plan's events (oldest first)."""
 
     db: Database
+    reads: Reads | None = None
 
     def since(self, plan_id: str, after: int = 0, *, limit: int = 500) -> list[dict[str, Any]]:
         """Events of ``plan_id`` with ``seq > after``."""
+        if self.reads is not None:
+            return self.reads.events(plan_id, after, limit)
         with self.db.tx() as c:
             rows = c.execute(
                 text(

@@ -35,9 +35,10 @@ from countersign.steps import check_current
 from countersign.storage import Database, PlanStore
 from countersign.workflowbuilder import CredentialRef
 
-from .core import PlanState, decode_cursor, encode_cursor
+from .core import PlanState, decode_cursor, encode_cursor, fold_events
 from .errors import PlanCancelledError, PlanNotFoundError, UserMismatchError
 from .events import EventLog
+from .reads import Reads
 
 __all__ = ["PlanService", "gates_of"]
 
@@ -56,13 +57,15 @@ class PlanService:
     credentials: Mapping[str, CredentialRef] = field(default_factory=dict)
     durable: Callable[[dict[str, Any], str], Awaitable[str]] | None = None
     signer_name: str = "planner@system"
+    #: hot single-statement reads (plan views, events) on the read pool when given
+    reads: Reads | None = None
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(clock=self.clock)
         self.plans = PlanStore(self.db, clock=self.clock)
         self.recorder = StoreRecorder(self.db, clock=self.clock)
         self.approvals = Approvals(self.db, clock=self.clock, audit=self.audit)
-        self.events = EventLog(self.db)
+        self.events = EventLog(self.db, self.reads)
         self.executor = Executor(
             keys=self.keyring,
             registry=self.registry,
@@ -119,43 +122,53 @@ class PlanService:
         return document
 
     # ---- reading -------------------------------------------------------------------------------
-    def document(self, plan_id: str, user_id: str) -> dict[str, Any]:
-        """The stored signed plan of ``user_id`` (as stored: verification happens on use)."""
-        row = self.plans.get(plan_id) if _plan_id_ok(plan_id) else None
+    def _row(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        row: dict[str, Any] | None = None
+        if _plan_id_ok(plan_id):
+            row = self.reads.plan(plan_id) if self.reads is not None else self.plans.get(plan_id)
         if row is None or row["user_id"] != user_id:
             raise PlanNotFoundError(f"no plan {plan_id[:40]!r}")
+        return row
+
+    @staticmethod
+    def _document(row: Mapping[str, Any]) -> dict[str, Any]:
         return {
             "plan": json.loads(bytes(row["canonical"])),
             "signature": row["envelope"],
             "plan_hash": row["plan_hash"],
         }
 
+    def document(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        """The stored signed plan of ``user_id`` (as stored: verification happens on use)."""
+        return self._document(self._row(plan_id, user_id))
+
     def show(self, plan_id: str, user_id: str) -> dict[str, Any]:
         """The signed plan, its status, per-step status and results, and its gates."""
-        document = self.document(plan_id, user_id)
-        row = self.plans.get(plan_id) or {}
-        state = self.events.state(plan_id)
-        plan = Plan.model_validate(document["plan"])
+        row = self._row(plan_id, user_id)
+        document = self._document(row)
+        events = row.get("events")
+        state = fold_events(events) if events is not None else self.events.state(plan_id)
         outputs = {int(s["step"]): s.get("output") for s in row.get("steps", [])}
+        graph: list[dict[str, Any]] = document["plan"].get("graph", [])
         steps = [
             {
-                "step": s.step,
-                "uses": s.uses,
-                "call": s.call,
-                "role": s.role,
-                "mode": s.mode,
-                "gate_id": s.gate_id,
-                "status": state.steps.get(s.step, "pending"),
-                "output": outputs.get(s.step),
+                "step": s["step"],
+                "uses": s["uses"],
+                "call": s["call"],
+                "role": s["role"],
+                "mode": s["mode"],
+                "gate_id": s.get("gate_id"),
+                "status": state.steps.get(s["step"], "pending"),
+                "output": outputs.get(s["step"]),
             }
-            for s in plan.graph
+            for s in graph
         ]
         return {
             "plan_id": plan_id,
             **document,
             "status": state.status,
             "steps": steps,
-            "gates": gates_of(plan, state),
+            "gates": gates_of(graph, state),
             "events": state.last_seq,
         }
 
@@ -286,17 +299,17 @@ class PlanService:
             raise PlanCancelledError(f"plan {plan_id} was cancelled")
 
 
-def gates_of(plan: Plan, state: PlanState) -> list[dict[str, Any]]:
-    """Each gate, the steps it guards and its decision so far."""
-    out: dict[str, dict[str, Any]] = {}
-    for s in plan.graph:
-        if s.gate_id:
-            g = out.setdefault(
-                s.gate_id,
-                {"gate_id": s.gate_id, "steps": [], "status": state.gates.get(s.gate_id, "open")},
-            )
-            g["steps"].append(s.step)
-    return list(out.values())
+def gates_of(graph: list[dict[str, Any]], state: PlanState) -> list[dict[str, Any]]:
+    """Each gate, the step that carries it and its decision so far."""
+    return [
+        {
+            "gate_id": s["gate_id"],
+            "step": s["step"],
+            "status": state.gates.get(s["gate_id"], "open"),
+        }
+        for s in graph
+        if s.get("gate_id")
+    ]
 
 
 def _ttl(plan: Plan) -> timedelta:

@@ -29,6 +29,7 @@ from countersign.storage import Database
 from countersign.workflowbuilder import CredentialRef
 
 from .app import ApiConfig, create_app
+from .reads import Reads
 from .registry_store import RegistryStore
 from .service import PlanService
 from .users import UserStore
@@ -80,9 +81,11 @@ def open_stack(
 ) -> Stack:
     """Open the database, registry and key ring; the service without a step runtime yet."""
     db = Database.open(settings)
+    reads = Reads.open(db.engine.url.render_as_string(hide_password=False).replace("+psycopg", ""))
     audit = AuditLog(clock=clock)
     registry_store = RegistryStore(db, settings.registry_dir, audit, clock)
     service = PlanService(
+        reads=reads,
         db=db,
         registry=registry_store.current(),
         keyring=open_keyring(settings, now=clock(), create=True),
@@ -95,7 +98,7 @@ def open_stack(
     return Stack(
         settings=settings,
         service=service,
-        users=UserStore(db, clock=clock),
+        users=UserStore(db, clock=clock, reads=reads),
         registry_store=registry_store,
     )
 

@@ -28,6 +28,7 @@ from countersign.storage import Database
 from countersign.workflowbuilder import CredentialRef
 
 from .app import ApiConfig, create_app
+from .reads import Reads
 from .registry_store import RegistryStore
 from .service import PlanService
 from .users import UserStore
@@ -131,7 +132,10 @@ def api(
     def clock() -> datetime:
         return datetime.now(UTC)
 
+    dsn = db.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
+    reads = Reads.open(dsn)
     service = PlanService(
+        reads=reads,
         db=db,
         registry=registry,
         keyring=keyring,
@@ -144,7 +148,7 @@ def api(
         credentials={"smtp": api_smtp_credential},
         clock=clock,
     )
-    users = UserStore(db, clock=clock)
+    users = UserStore(db, clock=clock, reads=reads)
     keys = {ALICE: users.add(ALICE), BOB: users.add(BOB), "root": users.add("root", admin=True)}
 
     @asynccontextmanager
@@ -152,9 +156,11 @@ def api(
         async with N8nClient(n8n.base_url, n8n.api_key) as client:
             yield N8nTransport(client)
 
-    dsn = db.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
     store = RegistryStore(db, source_registry_dir(), service.audit, clock)
     config = ApiConfig(listen_dsn=dsn, runtime=runtime, sse_ping_s=1, registry_store=store)
     app = create_app(service, users, config)
-    with serve(app) as base:
-        yield ApiHarness(base, keys, service, radicale, smtp_server)
+    try:
+        with serve(app) as base:
+            yield ApiHarness(base, keys, service, radicale, smtp_server)
+    finally:
+        reads.close()
