@@ -17,7 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from countersign.api import fold_events
+from countersign.api import UserStore, fold_events
 from countersign.api.testing import ALICE, BOB, ApiHarness
 
 pytestmark = pytest.mark.slow
@@ -346,3 +346,34 @@ def test_registry_edit_refuses_plans_signed_before(api: Api) -> None:
         assert fresh["plan"]["meta"]["registry_version"] == edited.json()["registry_version"]
         assert fresh["preview"]["can_execute"]
         assert alice.get("/v1/registry/connectors/caldav").json()["revision"] == 1
+
+
+def test_login_link_sets_a_session_and_writes_need_csrf(api: Api) -> None:
+    users = UserStore(api.db, clock=lambda: datetime.now(UTC))
+    link = users.login_link(ALICE)
+    with httpx.Client(base_url=api.base, timeout=30) as browser:
+        r = browser.get("/login", params={"token": link})
+        assert r.status_code == 303 and r.headers["location"] == "/"
+        cookie = r.headers.get_list("set-cookie")
+        assert any(
+            "cs_session=" in c and "HttpOnly" in c and "SameSite=strict" in c for c in cookie
+        ), cookie
+        assert browser.get("/v1/me").json() == {"user_id": ALICE, "admin": False, "via": "session"}
+        # a write without the CSRF header is refused; with it, it goes through
+        _problem(browser.post("/v1/intents", json=_meeting("csrf")), 401, "unauthenticated")
+        ok = browser.post(
+            "/v1/intents",
+            json=_meeting("csrf"),
+            headers={"X-CSRF-Token": browser.cookies["cs_csrf"]},
+        )
+        assert ok.status_code == 201, ok.text
+        # a link works once
+        _problem(httpx.get(f"{api.base}/login", params={"token": link}), 401, "unauthenticated")
+    # revoking the user ends the session
+    users.revoke(ALICE)
+    with httpx.Client(base_url=api.base, timeout=30) as c:
+        _problem(
+            c.get("/v1/plans", headers={"Authorization": f"Bearer {api.keys[ALICE]}"}),
+            401,
+            "unauthenticated",
+        )

@@ -49,6 +49,7 @@ __all__ = ["ApiConfig", "create_app"]
 PROBLEM_JSON = "application/problem+json"
 SESSION_COOKIE = "cs_session"
 CSRF_HEADER = "X-CSRF-Token"
+CSRF_COOKIE = "cs_csrf"
 _UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 
 
@@ -471,6 +472,25 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
                     return
 
         return EventSourceResponse(stream(), ping=cfg.sse_ping_s)
+
+    # ---- browser sessions ------------------------------------------------------------------------
+    @app.get("/login", tags=["service"], include_in_schema=False)
+    def login(token: Annotated[str, Query(min_length=10, max_length=200)]) -> Response:
+        """Spend a one-time login link (``countersign up`` prints it): sets an HttpOnly,
+        SameSite=Strict session cookie and a readable CSRF cookie, then goes to the chat page."""
+        session, csrf = users.redeem_link(token)
+        response = Response(status_code=303, headers={"Location": "/"})
+        response.set_cookie(
+            SESSION_COOKIE, session, httponly=True, samesite="strict", max_age=12 * 3600, path="/"
+        )
+        # the page reads this one and echoes it in X-CSRF-Token on every write
+        response.set_cookie(CSRF_COOKIE, csrf, httponly=False, samesite="strict", path="/")
+        return response
+
+    @app.get("/v1/me", tags=["service"])
+    def me(who: Caller) -> dict[str, Any]:
+        """Who the credentials belong to."""
+        return {"user_id": who.user_id, "admin": who.admin, "via": who.via}
 
     # ---- audit, registry, health, metrics ------------------------------------------------------
     @app.get("/v1/audit", tags=["audit"])

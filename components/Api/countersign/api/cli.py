@@ -157,6 +157,20 @@ def register(app: typer.Typer) -> None:
 
         _guard(body)
 
+    @app.command("login-link")
+    def login_link_cmd(
+        user: UserOpt = DEFAULT_USER,
+        port: Annotated[int, typer.Option("--port")] = 8000,
+    ) -> None:
+        """Print a one-time browser login link (15 minutes) for a local user (created if new)."""
+
+        def body() -> None:
+            users = _stack().users
+            users.ensure(user)
+            typer.echo(f"http://127.0.0.1:{port}/login?token={users.login_link(user)}")
+
+        _guard(body)
+
     @app.command("preview")
     def preview_cmd(
         plan_id: Annotated[str, typer.Argument()],
