@@ -25,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from countersign.kernel import system_clock
+
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
 
@@ -122,7 +124,7 @@ async def main_async(n: int) -> None:
     try:
         async with N8nClient(handle.base_url, handle.api_key) as client:
             transport = N8nTransport(client)
-            recorder = StoreRecorder(db)
+            recorder = StoreRecorder(db, clock=system_clock)
             executor = Executor(
                 keys=ring, registry=registry, transport=transport, db=db, settings=settings
             )
@@ -226,7 +228,7 @@ async def main_async(n: int) -> None:
                 steps: Any = pv.wrapper.normalized["steps"]
                 slot = steps["3"]["slots"][-1]
                 token = (
-                    Approvals(db)
+                    Approvals(db, clock=system_clock)
                     .issue(
                         plan_id=plan.plan_id,
                         plan_hash=digest,

@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+from countersign.kernel import system_clock
+
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
 
@@ -30,9 +32,9 @@ def main() -> None:
     n = ap.parse_args().n
     pg = contextlib.ExitStack()  # stops the throw-away server at the end
     db = Database.from_url(pg.enter_context(embedded_server(Path(tempfile.mkdtemp()) / "pg")))
-    approvals = Approvals(db)
-    ledger = IdempotencyLedger(db)
-    audit = AuditLog()
+    approvals = Approvals(db, clock=system_clock)
+    ledger = IdempotencyLedger(db, clock=system_clock, audit=AuditLog(clock=system_clock))
+    audit = AuditLog(clock=system_clock)
 
     issue, redeem = [], []
     for i in range(n):

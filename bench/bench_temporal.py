@@ -24,6 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from countersign.kernel import system_clock
+
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
 
@@ -212,7 +214,7 @@ async def main_async(idle: int, cache: int) -> None:
                         break
                     await asyncio.sleep(0.05)
                 token = (
-                    Approvals(db)
+                    Approvals(db, clock=system_clock)
                     .issue(
                         plan_id=d["plan"]["plan_id"],
                         plan_hash=d["plan_hash"],

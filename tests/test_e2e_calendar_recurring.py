@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from countersign.kernel import Intent, Plan, Policy
+from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.n8n.providers import Radicale
 from countersign.planner import make_plan
@@ -111,7 +111,7 @@ def test_weekly_tzid_series_in_radicale_is_busy_in_the_preview(
                 keys=keyring,
                 registry=registry,
                 transport=N8nTransport(client),
-                recorder=StoreRecorder(db),
+                recorder=StoreRecorder(db, clock=system_clock),
                 settings={"caldav_base_url": radicale.base_url},
                 actor=ALICE,
             )

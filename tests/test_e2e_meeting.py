@@ -28,7 +28,7 @@ from countersign.approvals import (
 )
 from countersign.audit import AuditLog
 from countersign.execute import ExecuteRefusedError, Executor, StaleWorldError
-from countersign.kernel import Intent, Plan, Policy, Settings, SignatureError
+from countersign.kernel import Intent, Plan, Policy, Settings, SignatureError, system_clock
 from countersign.n8n import N8nClient, N8nHandle, install, start, stop
 from countersign.n8n.providers import Radicale, SmtpSink
 from countersign.planner import make_plan
@@ -149,7 +149,7 @@ async def _preview(s: Stack, doc: dict[str, Any], transport: N8nTransport) -> An
         keys=s.keyring,
         registry=s.registry,
         transport=transport,
-        recorder=StoreRecorder(s.db),
+        recorder=StoreRecorder(s.db, clock=system_clock),
         settings=s.settings,
         credentials=s.creds,
         actor=ALICE,
@@ -231,7 +231,7 @@ def test_meeting_preview_then_execute_exactly_once(stack: Stack) -> None:
 
     asyncio.run(go())
     with stack.db.tx() as c:
-        assert AuditLog().verify(c).ok
+        assert AuditLog(clock=system_clock).verify(c).ok
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
     assert {
         "plan_signed",
@@ -318,7 +318,7 @@ def test_wrong_expired_reused_tokens_write_nothing(stack: Stack) -> None:
                     doc, user_id=ALICE, tokens={"gate-A": expiring}
                 )
             used = _approve(stack, doc, slot)
-            Approvals(stack.db).redeem(
+            Approvals(stack.db, clock=system_clock).redeem(
                 used,
                 plan_id=doc["plan"]["plan_id"],
                 plan_hash=doc["plan_hash"],
@@ -421,9 +421,9 @@ def test_n8n_down_mid_execute_then_again_exactly_one_event(stack: Stack, tmp_pat
             ).one()
         assert row.state in {"failed", "unknown"}
         if row.state == "unknown":
-            IdempotencyLedger(stack.db).reconcile(
-                row.key, outcome="failed", actor="caldav lookup: no event"
-            )
+            IdempotencyLedger(
+                stack.db, clock=system_clock, audit=AuditLog(clock=system_clock)
+            ).reconcile(row.key, outcome="failed", actor="caldav lookup: no event")
         handle = start(inst, data)
 
         async def second() -> None:
@@ -716,7 +716,7 @@ def test_reconcile_settles_a_key_n8n_never_ran_as_failed(stack: Stack) -> None:
     from countersign.steps import idempotency_key
 
     doc = _signed(stack.registry, stack.keyring)
-    ledger = IdempotencyLedger(stack.db)
+    ledger = IdempotencyLedger(stack.db, clock=system_clock, audit=AuditLog(clock=system_clock))
     key = idempotency_key(doc["plan"]["plan_id"], 5, {"never": "sent"})
     from countersign.kernel import content_hash
 

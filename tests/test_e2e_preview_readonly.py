@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from countersign.kernel import Plan, Policy, source_registry_dir
+from countersign.kernel import Plan, Policy, source_registry_dir, system_clock
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.planner import make_plan
 from countersign.planner.testing import make_intent
@@ -123,7 +123,7 @@ async def _preview(
             keys=keyring,
             registry=registry,
             transport=N8nTransport(client),
-            recorder=StoreRecorder(db),
+            recorder=StoreRecorder(db, clock=system_clock),
             settings=settings,
             actor="u-alice",
         )

@@ -15,7 +15,7 @@ import pytest
 
 from countersign.approvals import Approvals, TokenGateMismatchError
 from countersign.execute import ExecuteRefusedError, Executor, StaleWorldError
-from countersign.kernel import Intent, Plan, Policy
+from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.n8n.providers import ShopSandbox
 from countersign.planner import make_plan
@@ -51,7 +51,7 @@ def _token(
     db: Database, doc: dict[str, Any], gate: str, scopes: list[str], choice: Any = None
 ) -> str:
     return (
-        Approvals(db)
+        Approvals(db, clock=system_clock)
         .issue(
             plan_id=doc["plan"]["plan_id"],
             plan_hash=doc["plan_hash"],
@@ -79,7 +79,7 @@ def _flow(
                 keys=keyring,
                 registry=registry,
                 transport=transport,
-                recorder=StoreRecorder(db),
+                recorder=StoreRecorder(db, clock=system_clock),
                 settings=settings,
                 actor=USER,
             )

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from countersign.kernel import MalformedEnvelopeError, Plan, Policy
+from countersign.kernel import MalformedEnvelopeError, Plan, Policy, system_clock
 from countersign.planner import make_plan
 from countersign.planner.testing import make_intent
 from countersign.preview import StoreRecorder, verify_or_audit
@@ -73,7 +73,9 @@ def test_a_respelled_envelope_is_refused_and_audited(
     doc = {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
     EDITS[edit](doc)
     with pytest.raises(MalformedEnvelopeError):
-        verify_or_audit(doc, keys=keyring, recorder=StoreRecorder(db), actor="test")
+        verify_or_audit(
+            doc, keys=keyring, recorder=StoreRecorder(db, clock=system_clock), actor="test"
+        )
     with db.tx() as c:
         rows = c.execute(
             text("SELECT kind, status, plan_id, reason FROM audit_log ORDER BY seq")

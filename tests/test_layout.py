@@ -99,3 +99,116 @@ def test_production_code_never_asserts() -> None:
     """``python -O`` drops ``assert``, so a check in production code is an explicit ``if`` that
     raises a ``CountersignError`` subclass (``ApplicationError`` in Temporal workflow code)."""
     assert _asserts_in_production_code() == []
+
+
+# ---- layering (issue 11) -------------------------------------------------------------------------
+#: which component package may import which (bottom to top). Nothing imports a sibling
+#: orchestrator; ``steps`` is the floor the three orchestrators share; ``cli`` is the top.
+_FLOORS: dict[str, set[str]] = {"kernel": set()}
+_FLOORS |= {name: {"kernel"} for name in ("registry", "signer", "storage", "n8n", "sandbox")}
+_FLOORS["audit"] = {"kernel", "storage"}
+_FLOORS["approvals"] = {"kernel", "storage", "audit"}
+_FLOORS["binding"] = {"kernel", "registry"}
+_FLOORS["workflowbuilder"] = {"kernel", "registry", "binding"}
+_FLOORS["planner"] = {"kernel", "registry", "signer"}
+_FLOORS["steps"] = {
+    "kernel",
+    "registry",
+    "signer",
+    "storage",
+    "audit",
+    "approvals",
+    "binding",
+    "workflowbuilder",
+    "n8n",
+}
+for _orchestrator in ("preview", "execute", "durable"):
+    _FLOORS[_orchestrator] = _FLOORS["steps"] | {"steps"}
+_FLOORS["intake"] = {"kernel", "registry"}
+_FLOORS["api"] = _FLOORS["steps"] | {"steps", "preview", "execute", "durable", "planner", "intake"}
+_FLOORS["cli"] = set(_FLOORS) - {"cli"}
+#: test seams (pytest plugins) may also use the test peers of the floors below them
+_TEST_SEAMS = {"testing.py", "providers.py"}
+_ADAPTER_MODULES = {
+    "httpx",
+    "psycopg",
+    "psycopg_pool",
+    "sqlalchemy",
+    "temporalio",
+    "subprocess",
+    "socket",
+    "smtplib",
+    "uvicorn",
+    "fastapi",
+}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every import in a file, including those inside functions."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+    return out
+
+
+def _package(comp: Path) -> str:
+    return next(
+        p.name
+        for p in (comp / "countersign").iterdir()
+        if p.is_dir() and not p.name.startswith("__")
+    )
+
+
+def test_components_import_only_the_floors_below_them() -> None:
+    bad = []
+    for comp in COMPONENTS:
+        pkg = _package(comp)
+        allowed = _FLOORS.get(pkg)
+        assert allowed is not None, (
+            f"{pkg} (components/{comp.name}) is missing from the layering table"
+        )
+        for path in sorted((comp / "countersign").rglob("*.py")):
+            seam = path.name in _TEST_SEAMS
+            for line, module in _imports(path):
+                parts = module.split(".")
+                if parts[0] != "countersign" or len(parts) < 2 or parts[1] == pkg:
+                    continue
+                target = parts[1]
+                if target in allowed or (
+                    seam
+                    and target in _FLOORS
+                    and pkg in _FLOORS
+                    and target not in {"cli", "api"}
+                    and _FLOORS[target] <= _FLOORS[pkg] | {target}
+                ):
+                    continue
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {pkg} imports countersign.{target}")
+    assert bad == [], "imports outside the layering table:\n" + "\n".join(bad)
+
+
+def test_the_layering_table_has_no_cycle() -> None:
+    seen: dict[str, int] = {}
+
+    def visit(node: str, stack: tuple[str, ...]) -> None:
+        assert node not in stack, " -> ".join((*stack, node))
+        if seen.get(node):
+            return
+        for dep in _FLOORS[node]:
+            visit(dep, (*stack, node))
+        seen[node] = 1
+
+    for name in _FLOORS:
+        visit(name, ())
+
+
+def test_cores_import_no_adapters() -> None:
+    """A module named ``core.py`` is pure: no network, database, process or runtime client."""
+    bad = []
+    for path in sorted(ROOT.glob("components/*/countersign/*/core.py")):
+        for line, module in _imports(path):
+            if module.split(".")[0] in _ADAPTER_MODULES:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
+    assert bad == [], "\n".join(bad)

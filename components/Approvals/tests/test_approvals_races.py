@@ -31,6 +31,7 @@ from countersign.approvals import (
     token_hash,
 )
 from countersign.audit import AuditLog
+from countersign.kernel import system_clock
 from countersign.storage import Database
 
 H = "c" * 64
@@ -131,7 +132,7 @@ def _assert_rejected_for_good(g: Gate, db: Database, tokens: list[str]) -> None:
 
 
 def test_reject_races_redeem_exactly_one_wins(db: Database) -> None:
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     wins = {"redeem": 0, "reject": 0}
     for _ in range(150):
         g = Gate(a)
@@ -159,12 +160,12 @@ def test_reject_races_redeem_exactly_one_wins(db: Database) -> None:
     # both orders happened, so both branches above were checked (not only one kind of winner)
     assert wins["redeem"] and wins["reject"], wins
     with db.tx() as c:
-        assert AuditLog().verify(c).ok
+        assert AuditLog(clock=system_clock).verify(c).ok
 
 
 def test_approve_races_reject(db: Database) -> None:
     """The whole approval (issue then redeem, as a person approving does) against a reject."""
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     for _ in range(100):
         g = Gate(a)
         issued: list[str] = []
@@ -187,7 +188,7 @@ def test_approve_races_reject(db: Database) -> None:
 def test_issue_races_reject_token_never_redeems_after(db: Database) -> None:
     """An issue racing a reject either is refused, or its token is dead once the reject lands —
     and the audit shows them in the order they took effect."""
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     for _ in range(100):
         g = Gate(a)
         token, rejected = _race(g.issue, g.reject)
@@ -202,7 +203,7 @@ def test_issue_races_reject_token_never_redeems_after(db: Database) -> None:
 
 
 def test_double_reject_one_wins_the_rest_audited(db: Database) -> None:
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     for _ in range(40):
         g = Gate(a)
         out = _race(*[partial(g.reject, f"u{i}") for i in range(6)])
@@ -215,7 +216,7 @@ def test_double_reject_one_wins_the_rest_audited(db: Database) -> None:
 
 
 def test_redeem_after_reject_and_reject_after_redeem(db: Database) -> None:
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     g = Gate(a)
     early = g.issue()
     g.reject()
@@ -257,7 +258,7 @@ def test_many_way_race_one_decision(
     the gate is approved (redemptions may succeed, every reject is refused) or one reject won
     and no redemption succeeded; afterwards a rejected gate never approves."""
     random.seed(seed)
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     g = Gate(a)
     tokens = [g.issue() for _ in range(redeemers)]
     calls: list[Callable[[], Any]] = [partial(g.redeem, t) for t in tokens]

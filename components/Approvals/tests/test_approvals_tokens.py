@@ -22,7 +22,7 @@ from countersign.approvals import (
     TokenUserMismatchError,
 )
 from countersign.audit import AuditLog
-from countersign.kernel import InputError
+from countersign.kernel import InputError, system_clock
 from countersign.storage import Database
 
 PLAN = "01JDQ3Z0000000000000000001"
@@ -64,7 +64,7 @@ def _redeem(a: Approvals, token: str, **kw: Any) -> Any:
 
 
 def test_fifty_concurrent_redemptions_one_success(db: Database) -> None:
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     token = _issue(a)
     barrier = threading.Barrier(50)
     results: list[str] = []
@@ -89,7 +89,7 @@ def test_fifty_concurrent_redemptions_one_success(db: Database) -> None:
     with db.tx() as c:
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
         assert kinds.count("gate_approved") == 1 and kinds.count("token_refused") == 49
-        assert AuditLog().verify(c).ok
+        assert AuditLog(clock=system_clock).verify(c).ok
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ def test_fifty_concurrent_redemptions_one_success(db: Database) -> None:
 def test_binding_refusals_each_distinct_and_audited(
     db: Database, override: dict[str, Any], error: type[ApprovalError]
 ) -> None:
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     token = _issue(a)
     with pytest.raises(error):
         _redeem(a, token, **override)
@@ -131,7 +131,7 @@ def test_unknown_reused_expired(db: Database) -> None:
 
 
 def test_token_is_stored_only_as_hash(db: Database) -> None:
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     token = _issue(a)
     with db.tx() as c:
         dump = " ".join(str(r) for r in c.execute(text("SELECT * FROM approval_tokens")).all())
@@ -140,7 +140,7 @@ def test_token_is_stored_only_as_hash(db: Database) -> None:
 
 
 def test_rejected_gate_stays_rejected(db: Database) -> None:
-    a = Approvals(db)
+    a = Approvals(db, clock=system_clock)
     token = _issue(a)
     a.reject(plan_id=PLAN, plan_hash=H1, gate_id="gate-A", user_id="alice", reason="not this week")
     with pytest.raises(GateDecidedError):
@@ -159,7 +159,7 @@ def test_rejected_gate_stays_rejected(db: Database) -> None:
 )
 def test_bad_input_leaves_no_rows(db: Database, override: dict[str, Any]) -> None:
     with pytest.raises(InputError):
-        _issue(Approvals(db), **override)
+        _issue(Approvals(db, clock=system_clock), **override)
     with db.tx() as c:
         assert c.execute(text("SELECT count(*) FROM approval_tokens")).scalar() == 0
         assert c.execute(text("SELECT count(*) FROM audit_log")).scalar() == 0

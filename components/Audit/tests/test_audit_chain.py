@@ -8,12 +8,12 @@ import pytest
 from sqlalchemy import text
 
 from countersign.audit import AuditEntry, AuditLog
-from countersign.kernel import ContractError
+from countersign.kernel import ContractError, system_clock
 from countersign.storage import Database
 
 
 def _fill(db: Database, n: int) -> None:
-    log = AuditLog()
+    log = AuditLog(clock=system_clock)
     for i in range(n):
         with db.tx() as c:
             log.append(
@@ -31,7 +31,7 @@ def _fill(db: Database, n: int) -> None:
 
 def _verify(db: Database) -> tuple[bool, int | None, str | None]:
     with db.tx() as c:
-        r = AuditLog().verify(c)
+        r = AuditLog(clock=system_clock).verify(c)
     return r.ok, r.first_bad_seq, r.reason
 
 
@@ -80,7 +80,7 @@ def test_inserted_row(db: Database) -> None:
 
 
 def test_concurrent_appends_never_fork(db: Database) -> None:
-    log = AuditLog()
+    log = AuditLog(clock=system_clock)
 
     def go() -> None:
         for _ in range(20):
@@ -100,7 +100,9 @@ def test_concurrent_appends_never_fork(db: Database) -> None:
 
 def test_append_rolls_back_with_the_decision(db: Database) -> None:
     with pytest.raises(RuntimeError), db.tx() as c:
-        AuditLog().append(c, {"kind": "gate_approved", "status": "ok", "actor": "a"})
+        AuditLog(clock=system_clock).append(
+            c, {"kind": "gate_approved", "status": "ok", "actor": "a"}
+        )
         raise RuntimeError("the decision failed")
     with db.tx() as c:
         assert c.execute(text("SELECT count(*) FROM audit_log")).scalar() == 0
@@ -118,7 +120,7 @@ def test_append_rolls_back_with_the_decision(db: Database) -> None:
 )
 def test_bad_entries_refused_without_rows(db: Database, entry: dict[str, object]) -> None:
     with pytest.raises(ContractError), db.tx() as c:
-        AuditLog().append(c, entry)
+        AuditLog(clock=system_clock).append(c, entry)
     with db.tx() as c:
         assert c.execute(text("SELECT count(*) FROM audit_log")).scalar() == 0
 
@@ -130,7 +132,7 @@ def test_entry_model_is_public() -> None:
 def test_append_many_continues_the_same_chain(db: Database) -> None:
     _fill(db, 3)
     with db.tx() as c:
-        seqs = AuditLog().append_many(
+        seqs = AuditLog(clock=system_clock).append_many(
             c,
             [{"kind": "step_started", "status": "ok", "actor": "t", "step": i} for i in range(50)],
         )
@@ -152,7 +154,7 @@ def test_append_without_the_head_row_is_a_clear_error(db: Database) -> None:
         head = c.execute(text("SELECT seq, last_hash FROM audit_head WHERE id = 1")).one()
         c.execute(text("DELETE FROM audit_head"))
     try:
-        log = AuditLog()
+        log = AuditLog(clock=system_clock)
         for append in (
             lambda c: log.append(c, {"kind": "plan_signed", "status": "ok", "actor": "a"}),
             lambda c: log.append_many(c, [{"kind": "plan_signed", "status": "ok", "actor": "a"}]),

@@ -22,7 +22,7 @@ import yaml
 from sqlalchemy import text
 
 from countersign.audit import AuditLog
-from countersign.kernel import source_registry_dir
+from countersign.kernel import source_registry_dir, system_clock
 from countersign.storage import Database
 
 EXAMPLE = source_registry_dir().parent / "usecases" / "meeting" / "fixtures" / "default.intent.json"
@@ -166,7 +166,7 @@ def test_a_bad_registry_file_is_one_line_naming_it(
 def headless_db(db: Database) -> Iterator[Database]:
     """A database with a few audit rows whose ``audit_head`` row is then deleted (restored
     afterwards: the ``db`` fixture of the next test resets the head with an UPDATE)."""
-    log = AuditLog()
+    log = AuditLog(clock=system_clock)
     with db.tx() as c:
         for i in range(3):
             log.append(c, {"kind": "step_finished", "status": "ok", "actor": "test", "step": i})
@@ -187,7 +187,7 @@ def test_audit_verify_without_its_head_row(
     headless_db: Database, pg_url: str, tmp_path: Path
 ) -> None:
     with headless_db.tx() as c:
-        report = AuditLog().verify(c)
+        report = AuditLog(clock=system_clock).verify(c)
     assert not report.ok and report.rows == 3 and "audit_head" in (report.reason or "")
     r = run(tmp_path / "home", "audit", "verify", env={"DATABASE_URL": pg_url})
     assert "Traceback" not in r.stderr and "NoResultFound" not in r.stderr, r.stderr

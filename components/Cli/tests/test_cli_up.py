@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from countersign.audit import AuditLog
+from countersign.kernel import system_clock
 from countersign.storage import Database
 
 
@@ -60,4 +61,4 @@ def test_up_stores_the_plan_with_its_plan_signed_row(
     with db.tx() as c:
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
         assert kinds == ["plan_signed"]
-        assert AuditLog().verify(c).ok
+        assert AuditLog(clock=system_clock).verify(c).ok

@@ -40,7 +40,7 @@ from countersign.durable import (
     replayer,
 )
 from countersign.durable.testing import VisaSandbox, sandbox_fixture  # noqa: F401  (fixture)
-from countersign.kernel import Intent, Plan, Policy
+from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.n8n.providers import SmtpSink
 from countersign.planner import make_plan
 from countersign.registry import Registry
@@ -186,7 +186,7 @@ def _token(db: Database, doc: dict[str, Any], **kw: Any) -> str:
         "choice": {"slot": {"id": "slot-1"}},
     }
     args.update(kw)
-    return Approvals(db).issue(**args).token
+    return Approvals(db, clock=system_clock).issue(**args).token
 
 
 async def _replay(env: WorkflowEnvironment, wid: str, save_as: str | None = None) -> None:
@@ -231,12 +231,12 @@ def test_seven_days_then_slot_approved_booked_once(
     assert len(sandbox.bookings) == 1
     assert len(smtp_server.to("alice@example.com")) == 1
     with db.tx() as c:
-        assert AuditLog().verify(c).ok
+        assert AuditLog(clock=system_clock).verify(c).ok
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
     assert kinds.count("gate_approved") == 1 and kinds.count("step_finished") == 2
     assert kinds.count("durable_finished") == 1
     # progress is reported where interactive execution reports it: the plan store
-    stored = PlanStore(db).get(result_plan_id(db))
+    stored = PlanStore(db, clock=system_clock).get(result_plan_id(db))
     assert stored is not None and stored["status"] == "completed"
     steps = {r["step"]: r for r in stored["steps"]}
     assert steps[3]["status"] == "done" and steps[3]["output"]["id"] == "booking-1"
@@ -743,7 +743,7 @@ def test_plan_saga_compensates_the_booking_when_the_mail_fails(
     with db.tx() as c:
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
     assert kinds.count("step_compensated") == 1
-    stored = PlanStore(db).get(doc["plan"]["plan_id"])
+    stored = PlanStore(db, clock=system_clock).get(doc["plan"]["plan_id"])
     assert stored is not None and stored["status"] == "failed"
     assert {r["step"]: r["status"] for r in stored["steps"]}[4] == "compensated"
 
@@ -806,7 +806,7 @@ def test_watcher_unknown_booking_outcome_waits_for_a_person(
     assert sandbox.booking_posts == 1 and len(sandbox.bookings) == 1
     assert len(smtp_server.to("alice@example.com")) == 1
     with db.tx() as c:
-        assert AuditLog().verify(c).ok
+        assert AuditLog(clock=system_clock).verify(c).ok
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
     assert kinds.count("idempotency_reconciled") == 1
 

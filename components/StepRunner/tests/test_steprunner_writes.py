@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign.audit import AuditLog
+from countersign.kernel import system_clock
 from countersign.steps import (
     Attempt,
     Replay,
@@ -61,7 +62,7 @@ def test_classify_never_calls_a_possible_effect_failed(a: Attempt, natural: bool
 
 def _protocol(db: Database, rows: list[dict[str, Any]]) -> WriteProtocol:
     return WriteProtocol(
-        IdempotencyLedger(db, audit=AuditLog()),
+        IdempotencyLedger(db, audit=AuditLog(clock=system_clock), clock=system_clock),
         rows.append,
         owner="test-owner",
         clock=time.perf_counter,
@@ -95,7 +96,9 @@ def test_settle_puts_the_key_where_classify_says(
     else:
         done = writes.settle(ticket, attempt)
         assert done.verdict == verdict
-    state = IdempotencyLedger(db).state(idempotency_key(plan_id, 5, args))
+    state = IdempotencyLedger(db, clock=system_clock, audit=AuditLog(clock=system_clock)).state(
+        idempotency_key(plan_id, 5, args)
+    )
     assert state is not None
     assert state["state"] == {"failed": "failed", "unknown": "unknown"}.get(verdict, "completed")
     assert next(r["kind"] for r in rows) == "step_started"
@@ -127,4 +130,7 @@ def test_a_request_that_cannot_be_built_is_failed_not_unknown(db: Database) -> N
     assert isinstance(ticket, Ticket)
     err = writes.abandon(ticket, "connector setting 'smtp_host' is not configured")
     assert not err.sent
-    assert IdempotencyLedger(db).state(ticket.key)["state"] == "failed"  # type: ignore[index]
+    state = IdempotencyLedger(db, clock=system_clock, audit=AuditLog(clock=system_clock)).state(
+        ticket.key
+    )
+    assert state is not None and state["state"] == "failed"

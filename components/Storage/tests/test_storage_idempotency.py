@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from countersign.audit import AuditLog
-from countersign.kernel import content_hash
+from countersign.kernel import content_hash, system_clock
 from countersign.steps import idempotency_key
 from countersign.storage import (
     Database,
@@ -37,7 +37,7 @@ class Clock:
 
 
 def test_concurrent_claims_one_runs(db: Database) -> None:
-    ledger = IdempotencyLedger(db)
+    ledger = IdempotencyLedger(db, clock=system_clock, audit=AuditLog(clock=system_clock))
     barrier = threading.Barrier(20)
     outcomes: list[str] = []
     lock = threading.Lock()
@@ -61,7 +61,7 @@ def test_concurrent_claims_one_runs(db: Database) -> None:
 
 
 def test_replay_after_completion_returns_stored_result(db: Database) -> None:
-    ledger = IdempotencyLedger(db)
+    ledger = IdempotencyLedger(db, clock=system_clock, audit=AuditLog(clock=system_clock))
     assert ledger.claim(KEY, REQ, owner="w1").state == "claimed"
     ledger.mark_sent(KEY, owner="w1")
     ledger.complete(KEY, {"id": "evt-1", "status": 201}, owner="w1")
@@ -70,7 +70,7 @@ def test_replay_after_completion_returns_stored_result(db: Database) -> None:
 
 
 def test_same_key_other_request_is_an_error(db: Database) -> None:
-    ledger = IdempotencyLedger(db)
+    ledger = IdempotencyLedger(db, clock=system_clock, audit=AuditLog(clock=system_clock))
     ledger.claim(KEY, REQ, owner="w1")
     with pytest.raises(IdempotencyMismatchError):
         ledger.claim(KEY, content_hash({"uid": "x-5", "title": "Other"}), owner="w2")
@@ -78,7 +78,7 @@ def test_same_key_other_request_is_an_error(db: Database) -> None:
 
 def test_crash_after_send_leaves_unknown_never_retried(db: Database) -> None:
     clock = Clock()
-    ledger = IdempotencyLedger(db, clock=clock, lease_s=30)
+    ledger = IdempotencyLedger(db, clock=clock, lease_s=30, audit=AuditLog(clock=system_clock))
     ledger.claim(KEY, REQ, owner="w1")
     ledger.mark_sent(KEY, owner="w1")
     # the process dies here: no complete, no fail
@@ -94,12 +94,12 @@ def test_crash_after_send_leaves_unknown_never_retried(db: Database) -> None:
     with db.tx() as c:
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]
         assert kinds == ["idempotency_unknown", "idempotency_reconciled"]
-        assert AuditLog().verify(c).ok
+        assert AuditLog(clock=system_clock).verify(c).ok
 
 
 def test_crash_before_send_can_be_taken_over(db: Database) -> None:
     clock = Clock()
-    ledger = IdempotencyLedger(db, clock=clock, lease_s=30)
+    ledger = IdempotencyLedger(db, clock=clock, lease_s=30, audit=AuditLog(clock=system_clock))
     ledger.claim(KEY, REQ, owner="w1")
     with pytest.raises(InProgressError):
         ledger.claim(KEY, REQ, owner="w2")
@@ -111,7 +111,7 @@ def test_crash_before_send_can_be_taken_over(db: Database) -> None:
 
 def test_failed_may_retry_and_recover_expired(db: Database) -> None:
     clock = Clock()
-    ledger = IdempotencyLedger(db, clock=clock, lease_s=30)
+    ledger = IdempotencyLedger(db, clock=clock, lease_s=30, audit=AuditLog(clock=system_clock))
     ledger.claim(KEY, REQ, owner="w1")
     ledger.fail(KEY, "provider said 400", owner="w1")
     assert ledger.claim(KEY, REQ, owner="w2").state == "claimed"
@@ -124,8 +124,12 @@ def test_failed_may_retry_and_recover_expired(db: Database) -> None:
 def test_retention_and_cleanup(db: Database) -> None:
     clock = Clock()
     with pytest.raises(StorageInputError):
-        IdempotencyLedger(db, retention=timedelta(hours=1))
-    ledger = IdempotencyLedger(db, clock=clock, retention=timedelta(hours=24))
+        IdempotencyLedger(
+            db, retention=timedelta(hours=1), clock=system_clock, audit=AuditLog(clock=system_clock)
+        )
+    ledger = IdempotencyLedger(
+        db, clock=clock, retention=timedelta(hours=24), audit=AuditLog(clock=system_clock)
+    )
     ledger.claim(KEY, REQ, owner="w1")
     ledger.complete(KEY, {"ok": True}, owner="w1")
     clock.now += timedelta(hours=23)
@@ -139,7 +143,9 @@ def test_retention_and_cleanup(db: Database) -> None:
 )
 def test_bad_input_leaves_no_rows(db: Database, key: str, req: str, owner: str) -> None:
     with pytest.raises(StorageInputError):
-        IdempotencyLedger(db).claim(key, req, owner=owner)
+        IdempotencyLedger(db, clock=system_clock, audit=AuditLog(clock=system_clock)).claim(
+            key, req, owner=owner
+        )
     with db.tx() as c:
         assert c.execute(text("SELECT count(*) FROM idempotency_keys")).scalar() == 0
 
@@ -157,7 +163,7 @@ def test_plan_store_roundtrip_conflict_and_bad_input(
     assert isinstance(plan, Plan)
     pid, key = keyring.active()
     env, digest, canonical = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    store = PlanStore(db)
+    store = PlanStore(db, clock=system_clock)
     with pytest.raises(StorageInputError, match="sha256"):
         store.save_signed(plan, env, "0" * 64, canonical)
     assert store.save_signed(plan, env, digest, canonical) is True

@@ -1,6 +1,6 @@
 """Approvals: single-use, short-lived gate tokens bound to plan hash, gate and user."""
 
-from .core import Approvals, GateDecision, Redemption, token_hash
+from .store import Approvals, GateDecision, Redemption, token_hash
 from .errors import (
     ApprovalError,
     GateApprovedError,

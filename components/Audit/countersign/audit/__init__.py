@@ -1,6 +1,6 @@
 """Audit: the tamper-evident, append-only decision log (hash chain over Postgres rows)."""
 
-from .core import (
+from .store import (
     ZERO_HASH,
     AuditEntry,
     AuditHeadMissingError,

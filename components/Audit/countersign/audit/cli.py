@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from countersign.kernel import CountersignError, Settings
+from countersign.kernel import CountersignError, Settings, system_clock
 from countersign.storage import Database
 
-from .core import AuditLog
+from .store import AuditLog
 
 __all__ = ["app"]
 
@@ -23,8 +23,8 @@ def verify_cmd(
     try:
         db = Database.open(Settings())
         with db.tx() as c:
-            report = AuditLog().verify(c)
-            rows = AuditLog().rows(c, plan_id=plan_id) if plan_id else []
+            report = AuditLog(clock=system_clock).verify(c)
+            rows = AuditLog(clock=system_clock).rows(c, plan_id=plan_id) if plan_id else []
     except CountersignError as e:
         typer.echo(e.one_line(), err=True)
         raise typer.Exit(1) from e

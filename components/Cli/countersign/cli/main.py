@@ -33,6 +33,7 @@ from countersign.kernel import (
     loads_strict,
     loads_yaml_strict,
     parse_contract,
+    system_clock,
 )
 from countersign.n8n import install as n8n_install
 from countersign.n8n import start as n8n_start
@@ -44,7 +45,8 @@ from countersign.preview import StoreRecorder
 from countersign.registry import load_registry
 from countersign.signer import KeyRing, fresh_seed, open_keyring, sign_plan, verify_signed_plan
 from countersign.storage import Database
-from countersign.storage.cli import app as db_app
+
+from .db import app as db_app
 
 __all__ = ["app", "main"]
 
@@ -282,7 +284,7 @@ def up_cmd(
         recorder: StoreRecorder | None = None
         if services or settings.database_url is not None:
             db = Database.open(settings)
-            recorder = StoreRecorder(db)
+            recorder = StoreRecorder(db, clock=system_clock)
             typer.echo(
                 f"database ok: schema {db.current_revision()} ({'external' if settings.database_url else settings.home / 'pg'})",
                 err=True,

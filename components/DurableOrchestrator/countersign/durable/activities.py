@@ -23,7 +23,14 @@ from temporalio.exceptions import ApplicationError
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
-from countersign.kernel import BindingError, CountersignError, Plan, PlanStep, content_hash
+from countersign.kernel import (
+    BindingError,
+    CountersignError,
+    Plan,
+    PlanStep,
+    content_hash,
+    system_clock,
+)
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
 from countersign.steps import (
@@ -77,10 +84,10 @@ class DurableActivities:
         self.keys = keys
         self.registry = registry
         self.settings = dict(settings)
-        self.audit = AuditLog()
-        self.ledger = IdempotencyLedger(db, audit=self.audit)
-        self.approvals = Approvals(db, audit=self.audit)
-        self.plans = PlanStore(db)
+        self.audit = AuditLog(clock=system_clock)
+        self.ledger = IdempotencyLedger(db, audit=self.audit, clock=system_clock)
+        self.approvals = Approvals(db, audit=self.audit, clock=system_clock)
+        self.plans = PlanStore(db, clock=system_clock)
 
     def _verified(self, signed: Mapping[str, Any]) -> VerifiedPlan:
         """The signed plan, verified, signed against the registry this worker holds and within
@@ -111,7 +118,7 @@ class DurableActivities:
         if timeout is None:
             return self.ledger
         return IdempotencyLedger(
-            self.db, audit=self.audit, lease_s=max(1.0, timeout.total_seconds())
+            self.db, audit=self.audit, lease_s=max(1.0, timeout.total_seconds()), clock=system_clock
         )
 
     def _audit(self, **entry: Any) -> None:

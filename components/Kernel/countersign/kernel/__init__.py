@@ -1,6 +1,7 @@
 """Shared kernel: the contracts (GLOBAL_SPEC.md), the error tree, ids, canonical JSON, settings."""
 
 from .canonical import canonical_bytes, content_hash, sha256_hex
+from .clock import Clock, system_clock
 from .documents import MAX_DEPTH, loads_strict, loads_yaml_strict
 from .errors import (
     BadSignatureError,
@@ -54,6 +55,7 @@ __all__ = [
     "ApprovalToken",
     "BadSignatureError",
     "BindingError",
+    "Clock",
     "Contract",
     "ContractError",
     "CountersignError",
@@ -98,4 +100,5 @@ __all__ = [
     "schema_snapshot",
     "sha256_hex",
     "source_registry_dir",
+    "system_clock",
 ]

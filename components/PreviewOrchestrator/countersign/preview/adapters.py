@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
@@ -80,9 +80,9 @@ def _plan_id_of(document: Any) -> str | None:
 class StoreRecorder:
     """Keeps signed plans, preview fingerprints and audit rows in Postgres."""
 
-    def __init__(self, db: Database, *, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], datetime]) -> None:
         self.db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock
         self.plans = PlanStore(db, clock=self._clock)
         self.audit = AuditLog(clock=self._clock)
 

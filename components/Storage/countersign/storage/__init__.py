@@ -13,8 +13,10 @@ from .errors import (
 )
 from .idempotency import Claim, IdempotencyLedger
 from .plans import PlanStore
+from .sink import AuditSink
 
 __all__ = [
+    "AuditSink",
     "Claim",
     "Database",
     "IdempotencyLedger",

@@ -18,12 +18,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import Connection, text
-
-from countersign.audit import AuditLog
 
 from .db import Database
 from .errors import (
@@ -33,6 +31,7 @@ from .errors import (
     OutcomeUnknownError,
     StorageInputError,
 )
+from .sink import AuditSink
 
 __all__ = ["Claim", "IdempotencyLedger"]
 
@@ -55,16 +54,16 @@ class IdempotencyLedger:
         self,
         db: Database,
         *,
-        clock: Callable[[], datetime] | None = None,
-        audit: AuditLog | None = None,
+        clock: Callable[[], datetime],
+        audit: AuditSink,
         lease_s: float = 60.0,
         retention: timedelta = timedelta(days=30),
     ) -> None:
         if retention < timedelta(hours=24):
             raise StorageInputError("idempotency retention must be at least 24 h")
         self.db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
-        self._audit = audit or AuditLog(clock=self._clock)
+        self._clock = clock
+        self._audit = audit
         self._lease = timedelta(seconds=lease_s)
         self.retention = retention
 

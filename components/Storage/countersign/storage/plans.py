@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -32,9 +32,9 @@ _STATUSES = {
 class PlanStore:
     """Signed plans as signed: canonical bytes, envelope, hash, provenance, status."""
 
-    def __init__(self, db: Database, *, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], datetime]) -> None:
         self.db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock
 
     def save_signed(
         self,

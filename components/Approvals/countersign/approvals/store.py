@@ -33,14 +33,14 @@ import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from countersign.audit import AuditLog
 from countersign.kernel import ApprovalToken, InputError, Policy
-from countersign.storage import Database
+from countersign.storage import AuditSink, Database
 
 from .errors import (
     ApprovalError,
@@ -95,13 +95,13 @@ class Approvals:
         self,
         db: Database,
         *,
-        clock: Callable[[], datetime] | None = None,
-        audit: AuditLog | None = None,
+        clock: Callable[[], datetime],
+        audit: AuditSink | None = None,
         max_ttl_s: int | None = None,
     ) -> None:
         self.db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
-        self._audit = audit or AuditLog(clock=self._clock)
+        self._clock = clock
+        self._audit: AuditSink = audit or AuditLog(clock=clock)
         #: the Policy's ``approval_ttl_s``: no token lives longer (default: the default Policy's)
         self.max_ttl_s = max_ttl_s if max_ttl_s is not None else Policy().approval_ttl_s
 

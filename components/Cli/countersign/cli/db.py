@@ -1,17 +1,23 @@
-"""``countersign db upgrade|downgrade|current|idempotency-cleanup``."""
+"""``countersign db upgrade|downgrade|current|idempotency-cleanup`` (composed here, above Storage
+and Audit: the ledger writes its audit rows through an ``AuditSink``)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
 
+from countersign.audit import AuditLog
 from countersign.kernel import CountersignError, Settings
-
-from .db import Database
-from .idempotency import IdempotencyLedger
+from countersign.storage import Database, IdempotencyLedger
 
 __all__ = ["app"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
 
 app = typer.Typer(
     help="The database (embedded PostgreSQL unless DATABASE_URL is set).", no_args_is_help=True
@@ -57,8 +63,9 @@ def cleanup_cmd(
     ] = 720,
 ) -> None:
     """Delete settled idempotency keys older than the retention (default 30 days, minimum 24 h)."""
-    from datetime import timedelta  # noqa: PLC0415
 
     db = _open(migrate=True)
-    n = IdempotencyLedger(db, retention=timedelta(hours=retention_h)).cleanup()
+    n = IdempotencyLedger(
+        db, clock=_now, audit=AuditLog(clock=_now), retention=timedelta(hours=retention_h)
+    ).cleanup()
     typer.echo(f"deleted {n} settled keys")

@@ -15,9 +15,9 @@ Only derived facts go in: ``details`` refuses keys that name secrets or private 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import Field, JsonValue, field_validator
@@ -158,10 +158,10 @@ class ChainReport:
 class AuditLog:
     """Appends and verifies the chain. ``clock`` is injected (tests pin time)."""
 
-    def __init__(self, *, clock: Callable[[], datetime] | None = None) -> None:
-        self._clock = clock or (lambda: datetime.now(UTC))
+    def __init__(self, *, clock: Callable[[], datetime]) -> None:
+        self._clock = clock
 
-    def append(self, conn: Connection, entry: AuditEntry | dict[str, Any]) -> int:
+    def append(self, conn: Connection, entry: AuditEntry | Mapping[str, Any]) -> int:
         """Append one row inside the caller's transaction; returns its sequence number."""
         e = (
             entry
@@ -183,7 +183,7 @@ class AuditLog:
         return int(seq)
 
     def append_many(
-        self, conn: Connection, entries: Sequence[AuditEntry | dict[str, Any]]
+        self, conn: Connection, entries: Sequence[AuditEntry | Mapping[str, Any]]
     ) -> list[int]:
         """Append several rows in one go (one head lock, one multi-row insert); their numbers.
 
