@@ -36,9 +36,10 @@ from countersign.kernel import Intent, Plan, Policy, Settings, source_registry_d
 from countersign.n8n import N8nClient, install, start, stop
 from countersign.n8n.providers import start_radicale
 from countersign.planner import make_plan
-from countersign.preview import N8nTransport, StoreRecorder, run_preview
+from countersign.preview import run_preview
 from countersign.registry import load_registry
 from countersign.signer import KeyRing, sign_plan
+from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database, embedded_server
 
 
@@ -212,8 +213,7 @@ async def main_async(n: int) -> None:
                 plan = make_plan(intent, [], registry, LOCAL)
                 assert isinstance(plan, Plan)
                 pid, key = ring.active()
-                env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-                doc = {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+                doc = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
                 t0 = time.perf_counter()
                 pv = await run_preview(
                     doc,
@@ -223,6 +223,7 @@ async def main_async(n: int) -> None:
                     recorder=recorder,
                     settings=settings,
                     actor=intent.user_id,
+                    now=system_clock(),
                 )
                 previews.append((time.perf_counter() - t0) * 1000)
                 steps: Any = pv.wrapper.normalized["steps"]
@@ -231,7 +232,7 @@ async def main_async(n: int) -> None:
                     Approvals(db, clock=system_clock)
                     .issue(
                         plan_id=plan.plan_id,
-                        plan_hash=digest,
+                        plan_hash=doc["plan_hash"],
                         gate_id="gate-A",
                         user_id=intent.user_id,
                         scopes=["calendar.write"],

@@ -60,8 +60,7 @@ def main() -> None:
     assert isinstance(plan, Plan) and len(plan.graph) == 5
 
     def sign_doc(p: Plan) -> dict[str, object]:
-        env, digest, _ = sign_plan(p, key=key, pubkey_id=pid, signer="planner@system")
-        return {"plan": p.to_json(), "signature": env.to_json(), "plan_hash": digest}
+        return sign_plan(p, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
     doc = sign_doc(plan)
 

@@ -128,8 +128,7 @@ async def main_async(idle: int, cache: int) -> None:
         plan = make_plan(intent, [], registry, LOCAL)
         assert isinstance(plan, Plan)
         pid, key = ring.active()
-        env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-        return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+        return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
     def trivial(i: int) -> dict[str, Any]:
         base = doc(50_000 + i)["plan"]
@@ -138,8 +137,7 @@ async def main_async(idle: int, cache: int) -> None:
         base["constraints"] = {**base["constraints"], "scopes": []}
         plan = Plan.model_validate(base)
         pid, key = ring.active()
-        env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-        return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+        return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
     lines: list[str] = []
     try:

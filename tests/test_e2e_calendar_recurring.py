@@ -20,9 +20,10 @@ from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.n8n.providers import Radicale
 from countersign.planner import make_plan
-from countersign.preview import N8nTransport, StoreRecorder, run_preview
+from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.signer import KeyRing, sign_plan
+from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database
 
 pytestmark = pytest.mark.slow
@@ -86,8 +87,7 @@ def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
     plan = make_plan(intent, [], registry, LOCAL)
     assert isinstance(plan, Plan)
     pid, key = keyring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 def test_weekly_tzid_series_in_radicale_is_busy_in_the_preview(
@@ -114,6 +114,7 @@ def test_weekly_tzid_series_in_radicale_is_busy_in_the_preview(
                 recorder=StoreRecorder(db, clock=system_clock),
                 settings={"caldav_base_url": radicale.base_url},
                 actor=ALICE,
+                now=system_clock(),
             )
 
     steps = asyncio.run(go()).wrapper.normalized["steps"]

@@ -24,8 +24,8 @@ from countersign.kernel import Plan, PlanStep, Policy
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.planner import make_plan
 from countersign.planner.testing import make_intent
-from countersign.preview import N8nStepRunner, N8nTransport
 from countersign.registry import Registry
+from countersign.steps import N8nStepRunner, N8nTransport
 
 #: headers a provider acts on; everything else (user-agent, accept, connection…) is the client's
 COMPARED_HEADERS = ("content-type", "idempotency-key", "if-none-match", "if-match")

@@ -32,9 +32,10 @@ from countersign.kernel import Intent, Plan, Policy, Settings, SignatureError, s
 from countersign.n8n import N8nClient, N8nHandle, install, start, stop
 from countersign.n8n.providers import Radicale, SmtpSink
 from countersign.planner import make_plan
-from countersign.preview import N8nTransport, StoreRecorder, run_preview
+from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.signer import KeyRing, sign_plan
+from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 from countersign.workflowbuilder import CredentialRef
 
@@ -71,8 +72,7 @@ def _signed(registry: Registry, keyring: KeyRing, title: str = "Sync") -> dict[s
     plan = make_plan(intent, [], registry, LOCAL)
     assert isinstance(plan, Plan)
     pid, key = keyring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 @dataclass
@@ -153,6 +153,7 @@ async def _preview(s: Stack, doc: dict[str, Any], transport: N8nTransport) -> An
         settings=s.settings,
         credentials=s.creds,
         actor=ALICE,
+        now=system_clock(),
     )
 
 
@@ -179,7 +180,7 @@ def _approve(s: Stack, doc: dict[str, Any], slot: dict[str, Any], **kw: Any) -> 
         "ttl_s": 300,
     }
     args.update(kw)
-    return Approvals(s.db, clock=kw.pop("clock", None)).issue(**args, choice=slot).token
+    return Approvals(s.db, clock=kw.pop("clock", system_clock)).issue(**args, choice=slot).token
 
 
 def _first_slot(preview: Any) -> dict[str, str]:

@@ -28,16 +28,11 @@ from countersign.kernel import Plan, Policy, source_registry_dir, system_clock
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.planner import make_plan
 from countersign.planner.testing import make_intent
-from countersign.preview import (
-    N8nStepRunner,
-    N8nTransport,
-    PreviewRefusedError,
-    StoreRecorder,
-    run_preview,
-)
+from countersign.preview import run_preview
 from countersign.preview.testing import WRITE_EDITS, edited_registry
 from countersign.registry import Registry, load_registry
 from countersign.signer import KeyRing, plan_hash, sign_plan
+from countersign.steps import N8nStepRunner, N8nTransport, PreviewRefusedError, StoreRecorder
 from countersign.storage import Database
 
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
@@ -105,8 +100,7 @@ def _signed(registry: Registry, keyring: KeyRing, intent: str) -> dict[str, Any]
     plan = make_plan(i, [], registry, LOCAL)
     assert isinstance(plan, Plan)
     pid, key = keyring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 async def _preview(
@@ -126,6 +120,7 @@ async def _preview(
             recorder=StoreRecorder(db, clock=system_clock),
             settings=settings,
             actor="u-alice",
+            now=system_clock(),
         )
 
 

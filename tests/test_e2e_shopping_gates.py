@@ -19,9 +19,10 @@ from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.n8n.providers import ShopSandbox
 from countersign.planner import make_plan
-from countersign.preview import N8nTransport, StoreRecorder, run_preview
+from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.signer import KeyRing, sign_plan
+from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database
 
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
@@ -43,8 +44,7 @@ def _signed(registry: Registry, keyring: KeyRing, max_price: str = "15.00") -> d
     plan = make_plan(intent, [], registry, LOCAL)
     assert isinstance(plan, Plan)
     pid, key = keyring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 def _token(
@@ -82,6 +82,7 @@ def _flow(
                 recorder=StoreRecorder(db, clock=system_clock),
                 settings=settings,
                 actor=USER,
+                now=system_clock(),
             )
             shortlist: Any = preview.outputs[2]["shortlist"]
             ex = Executor(

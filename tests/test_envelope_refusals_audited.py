@@ -15,9 +15,9 @@ from sqlalchemy import text
 from countersign.kernel import MalformedEnvelopeError, Plan, Policy, system_clock
 from countersign.planner import make_plan
 from countersign.planner.testing import make_intent
-from countersign.preview import StoreRecorder, verify_or_audit
 from countersign.registry import Registry
 from countersign.signer import KeyRing, sign_plan
+from countersign.steps import StoreRecorder, verify_or_audit
 from countersign.storage import Database
 
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -69,12 +69,15 @@ def test_a_respelled_envelope_is_refused_and_audited(
     plan = make_plan(make_intent(), [], registry, Policy())
     assert isinstance(plan, Plan)
     pid, key = keyring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    doc = {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    doc = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
     EDITS[edit](doc)
     with pytest.raises(MalformedEnvelopeError):
         verify_or_audit(
-            doc, keys=keyring, recorder=StoreRecorder(db, clock=system_clock), actor="test"
+            doc,
+            keys=keyring,
+            recorder=StoreRecorder(db, clock=system_clock),
+            actor="test",
+            now=system_clock(),
         )
     with db.tx() as c:
         rows = c.execute(

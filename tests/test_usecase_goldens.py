@@ -47,7 +47,7 @@ def test_golden_plan(intent_path: Path, registry: Registry, keyring: KeyRing) ->
     assert json.loads(golden.read_text()) == got, f"{golden} differs; review, then make goldens"
     # and the golden, signed, verifies
     pid, key = keyring.active()
-    env, _, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
+    env = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").envelope
     verify_signed_plan({**json.loads(golden.read_text()), "signature": env.to_json()}, keys=keyring)
 
 

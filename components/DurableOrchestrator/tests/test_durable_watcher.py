@@ -91,8 +91,7 @@ def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
         (4, "Notifier", "durable"),
     ]
     pid, key = keyring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 def _server() -> str:
@@ -616,8 +615,7 @@ def _signed_plan(registry: Registry, keyring: KeyRing, notify: bool = True) -> d
     plan = make_plan(intent, [], registry, LOCAL)
     assert isinstance(plan, Plan)
     pid, key = keyring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 def _plan_scenario(

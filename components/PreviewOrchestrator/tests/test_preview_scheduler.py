@@ -12,8 +12,9 @@ import pytest
 from countersign.kernel import Plan, Policy
 from countersign.planner import make_plan
 from countersign.planner.testing import make_intent
-from countersign.preview import StepFailedError, preview_steps, run_dag
+from countersign.preview import preview_steps
 from countersign.registry import Registry
+from countersign.steps import StepFailedError, run_dag
 
 
 @pytest.fixture

@@ -29,8 +29,7 @@ HC = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 
 def _signed(plan: Plan, ring: KeyRing) -> dict[str, Any]:
     pid, key = ring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 def _objects(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

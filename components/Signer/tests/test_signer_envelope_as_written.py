@@ -39,8 +39,7 @@ _MISSING = object()
 
 def _signed(plan: Plan, ring: KeyRing) -> dict[str, Any]:
     pid, key = ring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 def _flip_case(draw: st.DrawFn, text: str) -> str:

@@ -26,8 +26,7 @@ from countersign.signer import KeyRing, open_keyring, sign_plan, verify_signed_p
 
 def _sign(plan: Plan, ring: KeyRing) -> dict[str, Any]:
     pid, key = ring.active()
-    env, digest, _ = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
-    return {"plan": plan.to_json(), "signature": env.to_json(), "plan_hash": digest}
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 @pytest.fixture

@@ -162,7 +162,8 @@ def test_plan_store_roundtrip_conflict_and_bad_input(
     plan = make_plan(make_intent(), [], registry, Policy())
     assert isinstance(plan, Plan)
     pid, key = keyring.active()
-    env, digest, canonical = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
+    signed = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system")
+    env, digest, canonical = signed.envelope, signed.plan_hash, signed.canonical
     store = PlanStore(db, clock=system_clock)
     with pytest.raises(StorageInputError, match="sha256"):
         store.save_signed(plan, env, "0" * 64, canonical)

@@ -28,7 +28,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from countersign.kernel import CountersignError, Needs, format_utc
-from countersign.preview import StepTransport
+from countersign.steps import StepTransport
 
 from .errors import (
     AdminOnlyError,

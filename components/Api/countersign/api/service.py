@@ -6,7 +6,6 @@ user's plan is indistinguishable from a missing one (``PlanNotFoundError``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,11 +27,11 @@ from countersign.kernel import (
     parse_contract,
 )
 from countersign.planner import make_plan
-from countersign.preview import StepTransport, StoreRecorder, run_preview
+from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.signer import KeyRing, sign_plan, verify_signed_plan
-from countersign.steps import check_current
-from countersign.storage import Database, PlanStore
+from countersign.steps import StepTransport, StoreRecorder, check_current
+from countersign.storage import Database, PlanStore, stored_document
 from countersign.workflowbuilder import CredentialRef
 
 from .core import PlanState, decode_cursor, encode_cursor, fold_events
@@ -115,11 +114,9 @@ class PlanService:
         if isinstance(out, Needs):
             return out
         pid, key = self.keyring.active()
-        envelope, digest, _ = sign_plan(out, key=key, pubkey_id=pid, signer=self.signer_name)
-        document = {"plan": out.to_json(), "signature": envelope.to_json(), "plan_hash": digest}
-        verified = verify_signed_plan(document, keys=self.keyring)
-        self.recorder.remember(verified, actor=user_id)
-        return document
+        signed = sign_plan(out, key=key, pubkey_id=pid, signer=self.signer_name)
+        self.recorder.remember(verify_signed_plan(signed, keys=self.keyring), actor=user_id)
+        return signed.to_json()
 
     # ---- reading -------------------------------------------------------------------------------
     def _row(self, plan_id: str, user_id: str) -> dict[str, Any]:
@@ -130,22 +127,14 @@ class PlanService:
             raise PlanNotFoundError(f"no plan {plan_id[:40]!r}")
         return row
 
-    @staticmethod
-    def _document(row: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            "plan": json.loads(bytes(row["canonical"])),
-            "signature": row["envelope"],
-            "plan_hash": row["plan_hash"],
-        }
-
     def document(self, plan_id: str, user_id: str) -> dict[str, Any]:
         """The stored signed plan of ``user_id`` (as stored: verification happens on use)."""
-        return self._document(self._row(plan_id, user_id))
+        return stored_document(self._row(plan_id, user_id))
 
     def show(self, plan_id: str, user_id: str) -> dict[str, Any]:
         """The signed plan, its status, per-step status and results, and its gates."""
         row = self._row(plan_id, user_id)
-        document = self._document(row)
+        document = stored_document(row)
         events = row.get("events")
         state = fold_events(events) if events is not None else self.events.state(plan_id)
         outputs = {int(s["step"]): s.get("output") for s in row.get("steps", [])}

@@ -23,8 +23,8 @@ from countersign.kernel import (
     parse_contract,
 )
 from countersign.n8n import N8nClient, handle_from
-from countersign.preview import N8nTransport, StepTransport
 from countersign.signer import open_keyring
+from countersign.steps import N8nTransport, StepTransport
 from countersign.storage import Database
 from countersign.workflowbuilder import CredentialRef
 

@@ -21,9 +21,9 @@ from fastapi import FastAPI
 from countersign.kernel import Policy, source_registry_dir
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.n8n.providers import Radicale, SmtpSink
-from countersign.preview import N8nTransport, StepTransport
 from countersign.registry import Registry
 from countersign.signer import KeyRing
+from countersign.steps import N8nTransport, StepTransport
 from countersign.storage import Database
 from countersign.workflowbuilder import CredentialRef
 

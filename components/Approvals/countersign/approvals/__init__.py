@@ -1,6 +1,5 @@
 """Approvals: single-use, short-lived gate tokens bound to plan hash, gate and user."""
 
-from .store import Approvals, GateDecision, Redemption, token_hash
 from .errors import (
     ApprovalError,
     GateApprovedError,
@@ -14,6 +13,7 @@ from .errors import (
     TokenUnknownError,
     TokenUserMismatchError,
 )
+from .store import Approvals, GateDecision, Redemption, token_hash
 
 __all__ = [
     "ApprovalError",

@@ -41,9 +41,9 @@ from countersign.n8n import status as n8n_status
 from countersign.n8n import stop as n8n_stop
 from countersign.n8n.cli import app as n8n_app
 from countersign.planner import make_plan
-from countersign.preview import StoreRecorder
 from countersign.registry import load_registry
 from countersign.signer import KeyRing, fresh_seed, open_keyring, sign_plan, verify_signed_plan
+from countersign.steps import StoreRecorder
 from countersign.storage import Database
 
 from .db import app as db_app
@@ -139,10 +139,7 @@ def plan_document(
         return result.to_json()
     ring = open_keyring(settings, now=now, create=True)
     pubkey_id, key = ring.active()
-    envelope, digest, _ = sign_plan(
-        result, key=key, pubkey_id=pubkey_id, signer=settings.signer_name
-    )
-    return {"plan": result.to_json(), "signature": envelope.to_json(), "plan_hash": digest}
+    return sign_plan(result, key=key, pubkey_id=pubkey_id, signer=settings.signer_name).to_json()
 
 
 @app.command("plan")

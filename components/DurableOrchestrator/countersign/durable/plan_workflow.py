@@ -20,6 +20,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from .activities import DurableActivities
     from .models import (
         ApproveGate,
         CompensateCall,
@@ -76,8 +77,8 @@ class PlanExecutionWorkflow:
         """Redeem the token for a waiting gate; the writes after it may run."""
         if self._inp is None:
             raise not_started("approve_gate")
-        choice = await workflow.execute_activity(
-            "redeem_gate",
+        choice = await workflow.execute_activity_method(
+            DurableActivities.redeem_gate,
             RedeemCall(
                 signed=self._inp.signed,
                 user_id=self._inp.user_id,
@@ -100,8 +101,8 @@ class PlanExecutionWorkflow:
         """Record the rejection; nothing after the gate runs."""
         if self._inp is None:
             raise not_started("reject_gate")
-        await workflow.execute_activity(
-            "reject_gate",
+        await workflow.execute_activity_method(
+            DurableActivities.reject_gate,
             RedeemCall(
                 signed=self._inp.signed,
                 user_id=self._inp.user_id,
@@ -140,8 +141,8 @@ class PlanExecutionWorkflow:
             raise not_started("resolve_step")
         self._resolving.add(resolution.step)
         try:
-            await workflow.execute_activity(
-                "reconcile_step",
+            await workflow.execute_activity_method(
+                DurableActivities.reconcile_step,
                 ReconcileCall(call=call, outcome=resolution.outcome, result=resolution.result),
                 retry_policy=_ONCE,
                 start_to_close_timeout=self._timeout(),
@@ -166,8 +167,11 @@ class PlanExecutionWorkflow:
 
     async def _run(self, inp: PlanInput) -> PlanRunResult:
         self._inp = inp
-        await workflow.execute_activity(
-            "verify_plan", inp.signed, retry_policy=_ONCE, start_to_close_timeout=self._timeout()
+        await workflow.execute_activity_method(
+            DurableActivities.verify_plan,
+            inp.signed,
+            retry_policy=_ONCE,
+            start_to_close_timeout=self._timeout(),
         )
         graph = {int(s["step"]): s for s in inp.signed["plan"]["graph"]}
         self._status = dict.fromkeys(graph, "pending")
@@ -207,8 +211,8 @@ class PlanExecutionWorkflow:
             if failed is not None:
                 compensated: list[int] = []
                 if done_writes:
-                    compensated = await workflow.execute_activity(
-                        "compensate",
+                    compensated = await workflow.execute_activity_method(
+                        DurableActivities.compensate,
                         CompensateCall(
                             signed=inp.signed,
                             user_id=inp.user_id,
@@ -253,16 +257,19 @@ class PlanExecutionWorkflow:
             choices=dict(self._choices),
         )
         if s["dry_run"]:
-            return await workflow.execute_activity(
-                "poll",
+            return await workflow.execute_activity_method(
+                DurableActivities.poll,
                 call,
                 retry_policy=RetryPolicy(maximum_attempts=5),
                 start_to_close_timeout=self._timeout(),
             )
         while True:
             try:
-                result = await workflow.execute_activity(
-                    "write_step", call, retry_policy=_WRITE, start_to_close_timeout=self._timeout()
+                result = await workflow.execute_activity_method(
+                    DurableActivities.write_step,
+                    call,
+                    retry_policy=_WRITE,
+                    start_to_close_timeout=self._timeout(),
                 )
                 return {"result": result}
             except ActivityError as e:

@@ -21,6 +21,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from .activities import DurableActivities
     from .models import (
         ApproveGate,
         FinishCall,
@@ -71,8 +72,8 @@ FINISH_PATCH = "finish-plan-v1"
 async def finish(signed: dict[str, Any], user_id: str, outcome: str, timeout: timedelta) -> None:
     """Report the run's end to the plan store and the audit log (from ``FINISH_PATCH`` on)."""
     if workflow.patched(FINISH_PATCH):
-        await workflow.execute_activity(
-            "finish_plan",
+        await workflow.execute_activity_method(
+            DurableActivities.finish_plan,
             FinishCall(
                 signed=signed,
                 user_id=user_id,
@@ -131,8 +132,8 @@ class WatcherWorkflow:
         """Redeem the gate token (activity) and let the booking run with the person's choice."""
         if self._inp is None:
             raise not_started("approve_gate")
-        choice = await workflow.execute_activity(
-            "redeem_gate",
+        choice = await workflow.execute_activity_method(
+            DurableActivities.redeem_gate,
             RedeemCall(
                 signed=self._inp.signed,
                 user_id=self._inp.user_id,
@@ -156,8 +157,8 @@ class WatcherWorkflow:
         """Record the rejection; the watcher ends without booking."""
         if self._inp is None:
             raise not_started("reject_gate")
-        await workflow.execute_activity(
-            "reject_gate",
+        await workflow.execute_activity_method(
+            DurableActivities.reject_gate,
             RedeemCall(
                 signed=self._inp.signed,
                 user_id=self._inp.user_id,
@@ -195,8 +196,8 @@ class WatcherWorkflow:
             raise not_started("resolve_step")
         self._resolving.add(resolution.step)
         try:
-            await workflow.execute_activity(
-                "reconcile_step",
+            await workflow.execute_activity_method(
+                DurableActivities.reconcile_step,
                 ReconcileCall(
                     call=self._unknown_call,
                     outcome=resolution.outcome,
@@ -233,8 +234,8 @@ class WatcherWorkflow:
         now = workflow.now()
         state = inp.state
         if state is None:
-            await workflow.execute_activity(
-                "verify_plan",
+            await workflow.execute_activity_method(
+                DurableActivities.verify_plan,
                 inp.signed,
                 retry_policy=_ONCE,
                 start_to_close_timeout=self._timeout(),
@@ -259,8 +260,8 @@ class WatcherWorkflow:
             if st.polls_this_run >= inp.continue_every:
                 workflow.continue_as_new(inp.model_copy(update={"state": st}))
             try:
-                seen = await workflow.execute_activity(
-                    "poll",
+                seen = await workflow.execute_activity_method(
+                    DurableActivities.poll,
                     StepCall(
                         signed=inp.signed,
                         user_id=inp.user_id,
@@ -335,8 +336,11 @@ class WatcherWorkflow:
         st = self._state
         while True:
             try:
-                return await workflow.execute_activity(
-                    "write_step", call, retry_policy=_WRITE, start_to_close_timeout=self._timeout()
+                return await workflow.execute_activity_method(
+                    DurableActivities.write_step,
+                    call,
+                    retry_policy=_WRITE,
+                    start_to_close_timeout=self._timeout(),
                 )
             except ActivityError as e:
                 if st is None or not outcome_unknown(e):

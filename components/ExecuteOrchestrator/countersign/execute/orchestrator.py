@@ -30,26 +30,24 @@ from countersign.kernel import (
     PlanStep,
     content_hash,
 )
-from countersign.preview import (
-    N8nStepRunner,
-    N8nTransport,
-    StepFailedError,
-    StepTransport,
-    StoreRecorder,
-    fingerprint,
-    run_dag,
-    verify_or_audit,
-)
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan
 from countersign.steps import (
     Attempt,
+    N8nStepRunner,
+    N8nTransport,
     Replay,
+    StepFailedError,
+    StepTransport,
+    StoreRecorder,
     WriteFailedError,
     WriteProtocol,
     classify,
     compensation_steps,
+    fingerprint,
     idempotency_key,
+    run_dag,
+    verify_or_audit,
 )
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 from countersign.workflowbuilder import CredentialRef, build_workflow_for_step

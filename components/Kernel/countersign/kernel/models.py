@@ -22,12 +22,13 @@ from pydantic import (
     Field,
     JsonValue,
     PlainSerializer,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from .canonical import content_hash
+from .canonical import canonical_bytes, content_hash
 from .errors import ContractError
 from .ids import parse_ulid
 
@@ -285,11 +286,48 @@ class SignatureEnvelope(Contract):
 
 
 class SignedPlan(Contract):
-    """The document ``countersign plan`` prints and ``countersign verify`` reads."""
+    """A signed plan: the plan, its envelope, its hash and (once computed) its canonical bytes.
+
+    What crosses every boundary (CLI, storage, preview, execute, the API, Temporal inputs):
+    ``sign_plan`` makes one, ``to_json()`` is the document ``countersign plan`` prints and
+    ``countersign verify`` reads, and nobody assembles that document by hand. A SignedPlan made
+    from outside data proves nothing by itself: verification (``verify_signed_plan``) runs over the
+    document as written."""
 
     plan: Plan
     signature: SignatureEnvelope
     plan_hash: str = Field(pattern=_HEX64)
+    _canonical: bytes | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of(
+        cls,
+        plan: Plan,
+        signature: SignatureEnvelope,
+        plan_hash: str,
+        canonical: bytes | None = None,
+    ) -> SignedPlan:
+        """Assemble from parts already validated (the signer's own output)."""
+        signed = cls.model_construct(plan=plan, signature=signature, plan_hash=plan_hash)
+        signed._canonical = canonical
+        return signed
+
+    @property
+    def envelope(self) -> SignatureEnvelope:
+        """The signature envelope."""
+        return self.signature
+
+    @property
+    def plan_id(self) -> str:
+        """The plan's id."""
+        return self.plan.plan_id
+
+    @property
+    def canonical(self) -> bytes:
+        """RFC 8785 bytes of the plan (what ``plan_hash`` is the sha256 of)."""
+        if self._canonical is None:
+            self._canonical = canonical_bytes(self.plan.to_json())
+        return self._canonical
 
 
 class Need(Contract):

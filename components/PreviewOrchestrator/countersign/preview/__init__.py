@@ -1,34 +1,8 @@
-"""PreviewOrchestrator: verified, read-only previews on n8n, with fingerprints of what was read."""
+"""PreviewOrchestrator: verified, read-only previews on n8n, with fingerprints of what was read.
 
-from .adapters import N8nTransport, StoreRecorder
-from .core import (
-    READ_ROLES,
-    PreviewRecorder,
-    PreviewRefusedError,
-    PreviewResult,
-    fingerprint,
-    plan_preview,
-    preview_steps,
-    run_preview,
-    verify_or_audit,
-)
-from .runner import N8nStepRunner, PreparedStep, StepFailedError, StepTransport, run_dag
+A thin policy over ``countersign.steps`` (what may run in a preview: read-only, previewable
+reads); the scheduler, step runner, transport and recorder live there."""
 
-__all__ = [
-    "READ_ROLES",
-    "N8nStepRunner",
-    "N8nTransport",
-    "PreparedStep",
-    "PreviewRecorder",
-    "PreviewRefusedError",
-    "PreviewResult",
-    "StepFailedError",
-    "StepTransport",
-    "StoreRecorder",
-    "fingerprint",
-    "plan_preview",
-    "preview_steps",
-    "run_dag",
-    "run_preview",
-    "verify_or_audit",
-]
+from .core import READ_ROLES, PreviewResult, plan_preview, preview_steps, run_preview
+
+__all__ = ["READ_ROLES", "PreviewResult", "plan_preview", "preview_steps", "run_preview"]

@@ -15,20 +15,26 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any
 
 from countersign.kernel import (
     CountersignError,
     Plan,
     PreviewWrapper,
-    SignatureError,
     StepRole,
-    content_hash,
 )
 from countersign.registry import Registry
-from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
-from countersign.steps import PlanNotCurrentError, check_current
+from countersign.signer import KeyLookup
+from countersign.steps import (
+    N8nStepRunner,
+    PreviewRefusedError,
+    StepRecorder,
+    StepTransport,
+    fingerprint,
+    run_dag,
+    verify_or_audit,
+)
 from countersign.workflowbuilder import (
     CredentialRef,
     StepWorkflow,
@@ -36,44 +42,17 @@ from countersign.workflowbuilder import (
     read_only_violations,
 )
 
-from .runner import N8nStepRunner, PreviewRefusedError, StepTransport, run_dag
-
 __all__ = [
     "READ_ROLES",
-    "PreviewRecorder",
-    "PreviewRefusedError",
     "PreviewResult",
-    "fingerprint",
     "plan_preview",
     "preview_steps",
     "run_preview",
-    "verify_or_audit",
 ]
 
 
 #: Plan roles that only read (Resolver is a gate; Booker and Notifier write).
 READ_ROLES: frozenset[StepRole] = frozenset({"Fetcher", "Analyzer", "Watcher"})
-
-
-class PreviewRecorder(Protocol):
-    """Where previews leave their trace (storage + audit)."""
-
-    def signature_refused(self, document: Any, error: CountersignError, *, actor: str) -> None:
-        """Audit a refused signature or a signed plan that may not run any more (derived facts
-        only)."""
-
-    def preview_done(
-        self,
-        verified: VerifiedPlan,
-        fingerprints: Mapping[int, str],
-        *,
-        actor: str,
-        latency_ms: int,
-        status: str,
-        reason: str | None,
-        outputs: Mapping[int, Any] | None = None,
-    ) -> None:
-        """Store the outputs and fingerprints and audit the preview."""
 
 
 @dataclass(frozen=True)
@@ -83,32 +62,6 @@ class PreviewResult:
     wrapper: PreviewWrapper
     outputs: dict[int, Any] = field(default_factory=dict)
     fingerprints: dict[int, str] = field(default_factory=dict)
-
-
-def verify_or_audit(
-    document: Any,
-    *,
-    keys: KeyLookup,
-    recorder: PreviewRecorder,
-    actor: str,
-    registry: Registry | None = None,
-    now: datetime | None = None,
-) -> VerifiedPlan:
-    """Verify a signed plan, then that it may still run (``registry`` is the one it was signed
-    against, ``now`` within its TTL: ``countersign.steps.check_current``); on failure audit the
-    refusal and re-raise."""
-    try:
-        verified = verify_signed_plan(document, keys=keys)
-        if registry is not None:
-            check_current(
-                verified.plan,
-                registry_version=registry.version,
-                now=now or datetime.now(UTC),
-            )
-    except (SignatureError, PlanNotCurrentError) as e:
-        recorder.signature_refused(document, e, actor=actor)
-        raise
-    return verified
 
 
 def preview_steps(plan: Plan, registry: Registry) -> list[int]:
@@ -178,23 +131,18 @@ def plan_preview(
     return workflows
 
 
-def fingerprint(output: Any) -> str:
-    """What a read returned, as a hash (compared again before a write)."""
-    return content_hash(output)
-
-
 async def run_preview(
     document: Any,
     *,
     keys: KeyLookup,
     registry: Registry,
     transport: StepTransport,
-    recorder: PreviewRecorder,
+    recorder: StepRecorder,
     settings: Mapping[str, str],
     credentials: Mapping[str, CredentialRef] | None = None,
     actor: str,
     only: set[int] | None = None,
-    now: datetime | None = None,
+    now: datetime,
 ) -> PreviewResult:
     """Preview a signed plan.
 

@@ -31,6 +31,7 @@ from countersign.kernel import (
     MalformedEnvelopeError,
     Plan,
     SignatureEnvelope,
+    SignedPlan,
     canonical_bytes,
     derived_ulid,
     format_utc,
@@ -68,13 +69,13 @@ class VerifiedPlan:
     envelope: SignatureEnvelope
     canonical: bytes
 
+    def signed(self) -> SignedPlan:
+        """The verified plan as a ``SignedPlan``."""
+        return SignedPlan.of(self.plan, self.envelope, self.plan_hash, self.canonical)
+
     def document(self) -> dict[str, Any]:
         """The signed-plan document (``{"plan", "signature", "plan_hash"}``)."""
-        return {
-            "plan": self.plan.to_json(),
-            "signature": self.envelope.to_json(),
-            "plan_hash": self.plan_hash,
-        }
+        return self.signed().to_json()
 
 
 def plan_hash(plan: Plan | Mapping[str, Any]) -> str:
@@ -90,9 +91,7 @@ def signing_message(envelope_fields: Mapping[str, Any], digest: str) -> bytes:
     return DOMAIN + canonical_bytes(body)
 
 
-def sign_plan(
-    plan: Plan, *, key: SigningKey, pubkey_id: str, signer: str
-) -> tuple[SignatureEnvelope, str, bytes]:
+def sign_plan(plan: Plan, *, key: SigningKey, pubkey_id: str, signer: str) -> SignedPlan:
     """Sign a plan.
 
     Args:
@@ -102,7 +101,7 @@ def sign_plan(
         signer: who signs (``planner@system``).
 
     Returns:
-        ``(envelope, plan_hash, canonical_bytes)``.
+        The ``SignedPlan`` (its ``to_json()`` is the signed-plan document).
     """
     data = canonical_bytes(plan.to_json())
     digest = sha256_hex(data)
@@ -116,7 +115,7 @@ def sign_plan(
     }
     sig = key.sign(signing_message(fields, digest)).signature
     fields["signature"] = base64.b64encode(sig).decode("ascii")
-    return SignatureEnvelope.model_validate(fields), digest, data
+    return SignedPlan.of(plan, SignatureEnvelope.model_validate(fields), digest, data)
 
 
 def _short(value: Any) -> str:
@@ -171,6 +170,8 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
         UnknownKeyError / KeyRevokedError: from ``keys``.
         BadSignatureError: the signature does not hold over this plan.
     """
+    if isinstance(document, SignedPlan):
+        document = document.to_json()
     if not isinstance(document, Mapping):
         raise MalformedEnvelopeError("signed plan must be a JSON object")
     extra = set(document) - {"plan", "signature", "plan_hash"}

@@ -1,8 +1,20 @@
-"""StepRunner: the floor under Preview, Execute and Durable — how one step's write is sent at
-most once (the write protocol and its ``classify``), and how writes are undone."""
+"""StepRunner: the floor under Preview, Execute and Durable — verify before anything runs, the
+one DAG scheduler (``run_dag``), one step on its runtime (``N8nStepRunner`` over a
+``StepTransport``), the recorder, how one write is sent at most once (the write protocol and its
+``classify``), and how writes are undone."""
 
+from .adapters import N8nTransport, StoreRecorder
 from .compensation import compensation_steps
+from .runner import (
+    N8nStepRunner,
+    PreparedStep,
+    PreviewRefusedError,
+    StepFailedError,
+    StepTransport,
+    run_dag,
+)
 from .validity import PlanExpiredError, PlanNotCurrentError, RegistryChangedError, check_current
+from .verify import StepRecorder, fingerprint, verify_or_audit
 from .writes import (
     Attempt,
     Replay,
@@ -17,10 +29,18 @@ from .writes import (
 
 __all__ = [
     "Attempt",
+    "N8nStepRunner",
+    "N8nTransport",
     "PlanExpiredError",
     "PlanNotCurrentError",
+    "PreparedStep",
+    "PreviewRefusedError",
     "RegistryChangedError",
     "Replay",
+    "StepFailedError",
+    "StepRecorder",
+    "StepTransport",
+    "StoreRecorder",
     "Ticket",
     "Verdict",
     "WriteDone",
@@ -29,5 +49,8 @@ __all__ = [
     "check_current",
     "classify",
     "compensation_steps",
+    "fingerprint",
     "idempotency_key",
+    "run_dag",
+    "verify_or_audit",
 ]

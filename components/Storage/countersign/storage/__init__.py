@@ -12,7 +12,7 @@ from .errors import (
     StorageInputError,
 )
 from .idempotency import Claim, IdempotencyLedger
-from .plans import PlanStore
+from .plans import PlanStore, stored_document
 from .sink import AuditSink
 
 __all__ = [
@@ -32,4 +32,5 @@ __all__ = [
     "alembic_config",
     "embedded_server",
     "embedded_url",
+    "stored_document",
 ]

@@ -125,13 +125,7 @@ class PlanStore:
     def signed_document(self, plan_id: str) -> dict[str, Any] | None:
         """The signed-plan document rebuilt from the stored bytes (re-verify before use)."""
         row = self.get(plan_id)
-        if row is None:
-            return None
-        return {
-            "plan": loads_strict(row["canonical"], what=f"stored plan {plan_id}"),
-            "signature": row["envelope"],
-            "plan_hash": row["plan_hash"],
-        }
+        return None if row is None else stored_document(row)
 
     def set_status(self, plan_id: str, status: str) -> None:
         """Set the plan's status."""
@@ -214,3 +208,13 @@ class PlanStore:
                 {"p": plan_id},
             ).all()
         return {r.step: r.output for r in rows}, {r.step: r.fingerprint for r in rows}
+
+
+def stored_document(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The signed-plan document as stored (``plans`` row: canonical bytes, envelope, hash) —
+    unverified: whoever runs it verifies it first."""
+    return {
+        "plan": loads_strict(bytes(row["canonical"]), what=f"stored plan {row['plan_id']}"),
+        "signature": row["envelope"],
+        "plan_hash": row["plan_hash"],
+    }

@@ -18,13 +18,14 @@ from countersign.binding import normalize_output, render_data, resolve_refs, res
 from countersign.kernel import CountersignError, Plan, PlanStep
 from countersign.n8n import N8nApiError, N8nUnavailableError
 from countersign.registry import Registry
-from countersign.steps import Attempt
 from countersign.workflowbuilder import (
     CredentialRef,
     StepWorkflow,
     build_workflow_for_step,
     read_only_violations,
 )
+
+from .writes import Attempt
 
 __all__ = [
     "N8nStepRunner",
