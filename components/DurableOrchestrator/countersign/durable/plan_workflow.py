@@ -12,6 +12,7 @@ update (never a blind retry). No ``assert`` in workflow code.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.kernel import Plan, PlanStep
+    from countersign.steps import run_dag
+
     from .activities import DurableActivities
     from .models import (
         ApproveGate,
@@ -177,6 +181,93 @@ class PlanExecutionWorkflow:
         self._status = dict.fromkeys(graph, "pending")
         outputs: dict[str, Any] = {}
         done_writes: list[DoneWrite] = []
+        if workflow.patched("one-scheduler-v1"):
+            closed, failed = await self._schedule(inp, graph, outputs, done_writes)
+        else:  # histories recorded before the shared scheduler: whole waves, as they ran then
+            closed, failed = await self._waves(inp, graph, outputs, done_writes)
+        if closed is not None:
+            return PlanRunResult.model_validate({"status": closed, "steps": self.status()})
+        if failed is not None:
+            compensated: list[int] = []
+            if done_writes:
+                compensated = await workflow.execute_activity_method(
+                    DurableActivities.compensate,
+                    CompensateCall(
+                        signed=inp.signed,
+                        user_id=inp.user_id,
+                        done=done_writes,
+                        outputs=outputs,
+                        choices=self._choices,
+                    ),
+                    retry_policy=RetryPolicy(maximum_attempts=5),
+                    start_to_close_timeout=self._timeout(),
+                )
+                for c in compensated:
+                    self._status[c] = "compensated"
+            return PlanRunResult(
+                status="failed",
+                steps=self.status(),
+                compensated=compensated,
+                failed_step=failed,
+            )
+        return PlanRunResult(status="completed", steps=self.status())
+
+    def _finished(
+        self,
+        n: int,
+        s: dict[str, Any],
+        r: Any,
+        outputs: dict[str, Any],
+        done_writes: list[DoneWrite],
+    ) -> None:
+        self._status[n] = "done"
+        if not s["dry_run"] and not s.get("gate_id"):
+            done_writes.append(DoneWrite(step=n, result=dict(r.get("result") or {})))
+            outputs[str(n)] = r.get("result")
+        elif not s.get("gate_id"):
+            outputs[str(n)] = r
+
+    async def _schedule(
+        self,
+        inp: PlanInput,
+        graph: dict[int, dict[str, Any]],
+        outputs: dict[str, Any],
+        done_writes: list[DoneWrite],
+    ) -> tuple[str | None, int | None]:
+        """The one scheduler (``countersign.steps.run_dag``): each step starts as soon as its own
+        dependencies are done; the first failure or closed gate stops new starts."""
+        failed: list[int] = []
+
+        async def one(step: PlanStep, _known: Mapping[int, Any]) -> Any:
+            n = step.step
+            try:
+                r = await self._step(inp, graph[n], outputs)
+            except _GateClosedError as e:
+                self._status[n] = e.status
+                raise
+            except BaseException:
+                self._status[n] = "failed"
+                failed.append(n)
+                raise
+            self._finished(n, graph[n], r, outputs, done_writes)
+            return r
+
+        plan = Plan.model_validate(inp.signed["plan"])
+        try:
+            await run_dag(plan, sorted(graph), one)
+        except _GateClosedError as e:
+            return e.status, None
+        except Exception:
+            return None, failed[0] if failed else min(graph)
+        return None, None
+
+    async def _waves(
+        self,
+        inp: PlanInput,
+        graph: dict[int, dict[str, Any]],
+        outputs: dict[str, Any],
+        done_writes: list[DoneWrite],
+    ) -> tuple[str | None, int | None]:
         finished: set[int] = set()
         while len(finished) < len(graph):
             wave = [
@@ -200,38 +291,10 @@ class PlanExecutionWorkflow:
                     self._status[n] = "failed"
                 else:
                     finished.add(n)
-                    self._status[n] = "done"
-                    if not graph[n]["dry_run"] and not graph[n].get("gate_id"):
-                        done_writes.append(DoneWrite(step=n, result=dict(r.get("result") or {})))
-                        outputs[str(n)] = r.get("result")
-                    elif not graph[n].get("gate_id"):
-                        outputs[str(n)] = r
-            if closed is not None:
-                return PlanRunResult.model_validate({"status": closed, "steps": self.status()})
-            if failed is not None:
-                compensated: list[int] = []
-                if done_writes:
-                    compensated = await workflow.execute_activity_method(
-                        DurableActivities.compensate,
-                        CompensateCall(
-                            signed=inp.signed,
-                            user_id=inp.user_id,
-                            done=done_writes,
-                            outputs=outputs,
-                            choices=self._choices,
-                        ),
-                        retry_policy=RetryPolicy(maximum_attempts=5),
-                        start_to_close_timeout=self._timeout(),
-                    )
-                    for c in compensated:
-                        self._status[c] = "compensated"
-                return PlanRunResult(
-                    status="failed",
-                    steps=self.status(),
-                    compensated=compensated,
-                    failed_step=failed,
-                )
-        return PlanRunResult(status="completed", steps=self.status())
+                    self._finished(n, graph[n], r, outputs, done_writes)
+            if closed is not None or failed is not None:
+                return closed, failed
+        return None, None
 
     async def _step(self, inp: PlanInput, s: dict[str, Any], outputs: dict[str, Any]) -> Any:
         n = int(s["step"])
