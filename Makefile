@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install up test lint typecheck lockfiles unit bench goldens clean
+.PHONY: install up test lint typecheck lockfiles unit fast bench goldens clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ lockfiles:
 
 unit:
 	$(BIN)/pytest -q
+
+## Only the tests that need no real server (seconds to minutes); `make test` runs everything.
+fast: install
+	$(BIN)/pytest -q -m "not slow"
 
 bench: install
 	for b in bench/bench_*.py; do echo "## $$b"; $(BIN)/python $$b; done

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.approvals import Approvals
@@ -39,7 +38,11 @@ from countersign.durable import (
     make_worker,
     replayer,
 )
-from countersign.durable.testing import VisaSandbox, sandbox_fixture  # noqa: F401  (fixture)
+from countersign.durable.testing import (  # noqa: F401  (fixture)
+    VisaSandbox,
+    sandbox_fixture,
+    time_skipping_worker,
+)
 from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.n8n.providers import SmtpSink
 from countersign.planner import make_plan
@@ -92,13 +95,6 @@ def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
     ]
     pid, key = keyring.active()
     return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
-
-
-def _server() -> str:
-    path = shutil.which("temporal-test-server") or str(
-        Path(sys.executable).parent / "temporal-test-server"
-    )
-    return path
 
 
 @dataclass
@@ -163,12 +159,7 @@ def _scenario(
     acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
 
     async def go() -> Any:
-        async with (
-            await WorkflowEnvironment.start_time_skipping(
-                test_server_existing_path=_server(), data_converter=pydantic_data_converter
-            ) as env,
-            make_worker(env.client, acts),
-        ):
+        async with time_skipping_worker(acts) as env:
             return await body(env, _signed(registry, keyring))
 
     return asyncio.run(go())
@@ -629,12 +620,7 @@ def _plan_scenario(
     acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
 
     async def go() -> Any:
-        async with (
-            await WorkflowEnvironment.start_time_skipping(
-                test_server_existing_path=_server(), data_converter=pydantic_data_converter
-            ) as env,
-            make_worker(env.client, acts),
-        ):
+        async with time_skipping_worker(acts) as env:
             return await body(env)
 
     return asyncio.run(go())

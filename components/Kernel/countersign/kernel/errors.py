@@ -1,28 +1,20 @@
-"""The project's exception tree: one root, a subclass per component, a stable ``code`` each.
+"""The project's exception tree: one root, a subclass per kind of failure, a stable ``code`` each.
 
 Every error says whether retrying the same call can succeed (``retryable``). Adapters turn
-foreign exceptions into these with ``raise ... from e``. Verification raises; it never
-returns a bool that a caller can forget to check.
+foreign exceptions into these with ``raise ... from e``. Verification raises; it never returns a
+bool that a caller can forget to check. The whole tree, with the component that raises each class,
+its code and its HTTP status, is drawn in GLOBAL_SPEC.md §11 (``tests/test_errors.py`` keeps the
+drawing and the code in step, and the codes unique). The kernel's own part::
 
-::
-
-    CountersignError                       code            retryable
-    ├── InputError                         invalid_input   no   (malformed input; CLI exit 2)
-    │   ├── ContractError                  contract_invalid     (a document broke its schema)
-    │   ├── DocumentError                  document_malformed   (not UTF-8 / not JSON / too deep)
-    │   │   └── DuplicateKeyError          document_duplicate_key (names the key and its path)
-    │   └── RegistryFileError              registry_invalid     (names the file and the field)
-    ├── SignatureError                     signature_*     no   (refused and audited)
-    │   ├── MalformedEnvelopeError         signature_malformed
-    │   ├── UnknownKeyError                signature_unknown_key
-    │   ├── KeyRevokedError                signature_key_revoked
-    │   ├── HashMismatchError              signature_hash_mismatch
-    │   └── BadSignatureError              signature_invalid
-    ├── KeyRingError                       keyring_error   no   (key store missing/unsafe)
-    ├── PlanningError                      planning_error  no
-    │   ├── UnknownIntentError             unknown_intent       (lists the known intents)
-    │   └── BindingError                   binding_error        (names step and binding)
-    └── (storage, approvals, audit, runtimes add their own subclasses)
+    CountersignError                       countersign_error
+    ├── InputError                         invalid_input     (CLI exit 2, HTTP 422)
+    │   ├── ContractError                  contract_invalid
+    │   ├── DocumentError                  document_malformed
+    │   │   └── DuplicateKeyError          document_duplicate_key
+    │   └── RegistryFileError              registry_invalid
+    ├── SignatureError                     signature_*       (refused and audited)
+    ├── KeyRingError                       keyring_error
+    └── PlanningError                      planning_error, unknown_intent, binding_error
 """
 
 from __future__ import annotations
