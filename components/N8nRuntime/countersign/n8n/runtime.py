@@ -24,12 +24,10 @@ import os
 import platform
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from countersign.kernel.process import alive, kill_group, spawn, stop_group
 
 from .errors import N8nError, N8nInstallError, N8nUnavailableError
 
@@ -493,16 +493,13 @@ def start(
     env = _env(inst, data_dir, port, key)
     env.update(extra_env or {})
     log = data_dir / "n8n.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [str(inst.node), str(inst.n8n_bin), "start"],
-            cwd=data_dir,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    (data_dir / "n8n.pid").write_text(f"{proc.pid}\n")
+    proc = spawn(
+        [str(inst.node), str(inst.n8n_bin), "start"],
+        log=log,
+        pid_file=data_dir / "n8n.pid",
+        cwd=data_dir,
+        env=env,
+    )
     (data_dir / "n8n.port").write_text(f"{port}\n")
     base = f"http://127.0.0.1:{port}"
     try:
@@ -510,70 +507,15 @@ def start(
         api_key = _bootstrap(base, data_dir)
         _wait_api(base, api_key, 30.0)
     except BaseException:
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
         raise
-    # Reap the child in the background so it does not linger as a zombie after stop().
-    threading.Thread(target=proc.wait, daemon=True).start()
     return N8nHandle(base_url=base, api_key=api_key, data_dir=data_dir, pid=proc.pid)
-
-
-def _kill_group(pid: int, sig: int = signal.SIGTERM) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
-        return True
-    return state != "Z"
-
-
-def _group_alive(pgid: int) -> bool:
-    """Is any process of the group still there (zombies aside)? Children such as the task
-    runner can keep n8n's listening socket open after the main process exited."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat_file.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 def stop(data_dir: Path, *, timeout_s: float = 15.0) -> bool:
     """SIGTERM n8n's whole process group (SIGKILL after ``timeout_s``); returns when no process of
     it is left, so its port is free. True if it ran."""
-    pid_file = data_dir / "n8n.pid"
-    if not pid_file.exists():
-        return False
-    pid = int(pid_file.read_text().strip())
-    ran = _alive(pid)
-    _kill_group(pid)
-    deadline = time.monotonic() + timeout_s
-    while _group_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _group_alive(pid):
-        _kill_group(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while _group_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    pid_file.unlink(missing_ok=True)
-    return ran
+    return stop_group(data_dir / "n8n.pid", timeout_s=timeout_s)
 
 
 def status(data_dir: Path) -> dict[str, Any]:
@@ -585,10 +527,10 @@ def status(data_dir: Path) -> dict[str, Any]:
     port = port_file.read_text().strip() if port_file.exists() else None
     base = f"http://127.0.0.1:{port}" if port else None
     healthy = False
-    if base and _alive(pid):
+    if base and alive(pid):
         with contextlib.suppress(httpx.HTTPError):
             healthy = httpx.get(f"{base}/healthz", timeout=2.0).status_code == 200
-    return {"running": _alive(pid), "pid": pid, "base_url": base, "healthy": healthy}
+    return {"running": alive(pid), "pid": pid, "base_url": base, "healthy": healthy}
 
 
 def handle_from(data_dir: Path) -> N8nHandle:
