@@ -67,6 +67,8 @@ class ApiConfig:
     sse_ping_s: int = 15
     #: where registry edits are stored (None: the registry is read-only over the API)
     registry_store: RegistryStore | None = None
+    #: connects to Temporal for durable plans (None: durable plans are refused)
+    temporal_connect: Callable[[], Awaitable[Any]] | None = None
     #: opens the step runtime for the app's lifetime (an n8n client); None = keep the service's
     runtime: Callable[[], contextlib.AbstractAsyncContextManager[StepTransport]] | None = None
 
@@ -278,6 +280,8 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         async with contextlib.AsyncExitStack() as stack:
             if cfg.runtime is not None:
                 service.use_transport(await stack.enter_async_context(cfg.runtime()))
+            if cfg.temporal_connect is not None:
+                service.use_temporal(await cfg.temporal_connect())
             if hub is not None:
                 await hub.start()
                 stack.push_async_callback(hub.stop)
@@ -394,18 +398,23 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
             engine_latency.labels("preview").observe(time.perf_counter() - start)
 
     @app.post("/v1/plans/{plan_id}/gates/{gate_id}/approve", tags=["gates"])
-    def approve(
+    async def approve(
         plan_id: str, gate_id: str, who: Caller, body: ApproveRequest | None = None
     ) -> dict[str, Any]:
-        """Approve a gate: a short-lived, single-use token bound to this plan, gate and caller."""
-        return service.approve(plan_id, gate_id, who.user_id, choice=body.choice if body else None)
+        """Approve a gate: a short-lived, single-use token bound to this plan, gate and caller;
+        a plan running on Temporal gets it at once (its ``approve_gate`` update)."""
+        return await service.approve(
+            plan_id, gate_id, who.user_id, choice=body.choice if body else None
+        )
 
     @app.post("/v1/plans/{plan_id}/gates/{gate_id}/reject", tags=["gates"])
-    def reject(
+    async def reject(
         plan_id: str, gate_id: str, who: Caller, body: RejectRequest | None = None
     ) -> dict[str, Any]:
         """Reject a gate: nothing it guards will run."""
-        return service.reject(plan_id, gate_id, who.user_id, reason=body.reason if body else None)
+        return await service.reject(
+            plan_id, gate_id, who.user_id, reason=body.reason if body else None
+        )
 
     @app.post("/v1/plans/{plan_id}/execute", status_code=202, tags=["plans"])
     async def execute(plan_id: str, body: ExecuteRequest, who: Caller) -> dict[str, Any]:
@@ -427,9 +436,9 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         }
 
     @app.post("/v1/plans/{plan_id}/cancel", tags=["plans"])
-    def cancel(plan_id: str, who: Caller) -> dict[str, Any]:
-        """Cancel the plan: nothing more of it runs."""
-        return service.cancel(plan_id, who.user_id)
+    async def cancel(plan_id: str, who: Caller) -> dict[str, Any]:
+        """Cancel the plan: nothing more of it runs (a running watcher is told to stop)."""
+        return await service.cancel(plan_id, who.user_id)
 
     @app.get(
         "/v1/plans/{plan_id}/events",

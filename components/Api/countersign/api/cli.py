@@ -198,7 +198,7 @@ def register(app: typer.Typer) -> None:
                     picked = json.loads(choice)
                 except json.JSONDecodeError as e:
                     raise InputError(f"--choice is not JSON: {e.msg}") from e
-            _print(_stack().service.approve(plan_id, gate, user, choice=picked))
+            _print(asyncio.run(_stack().service.approve(plan_id, gate, user, choice=picked)))
 
         _guard(body)
 
@@ -210,7 +210,9 @@ def register(app: typer.Typer) -> None:
         user: UserOpt = DEFAULT_USER,
     ) -> None:
         """Reject a gate."""
-        _guard(lambda: _print(_stack().service.reject(plan_id, gate, user, reason=reason)))
+        _guard(
+            lambda: _print(asyncio.run(_stack().service.reject(plan_id, gate, user, reason=reason)))
+        )
 
     @app.command("execute")
     def execute_cmd(
@@ -247,7 +249,7 @@ def register(app: typer.Typer) -> None:
     @app.command("cancel")
     def cancel_cmd(plan_id: Annotated[str, typer.Argument()], user: UserOpt = DEFAULT_USER) -> None:
         """Cancel a plan: nothing more of it runs."""
-        _guard(lambda: _print(_stack().service.cancel(plan_id, user)))
+        _guard(lambda: _print(asyncio.run(_stack().service.cancel(plan_id, user))))
 
     @app.command("events")
     def events_cmd(

@@ -40,8 +40,20 @@ _STEP_STATUS = {
     "idempotency_unknown": "unknown",
     "step_compensated": "compensated",
 }
-#: statuses an ``*_finished`` event may carry as the plan's end
-_ENDS = {"completed", "failed", "unknown", "rejected", "cancelled", "expired", "refused", "waiting"}
+#: what an ``*_finished`` event's status (an execute's or a durable run's outcome) means for the plan
+_ENDS = {
+    "completed": "completed",
+    "booked": "completed",
+    "failed": "failed",
+    "budget_exhausted": "failed",
+    "unknown": "unknown",
+    "rejected": "rejected",
+    "approval_timeout": "rejected",
+    "cancelled": "cancelled",
+    "expired": "expired",
+    "refused": "refused",
+    "waiting": "waiting",
+}
 
 
 @dataclass
@@ -65,7 +77,7 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
         if kind in _PLAN_STATUS:
             state.status = _PLAN_STATUS[kind]
         if kind.endswith("_finished") and kind != "step_finished" and status in _ENDS:
-            state.status = status
+            state.status = _ENDS[status]
         step = e.get("step")
         if step is not None and kind in _STEP_STATUS:
             new = _STEP_STATUS[kind]

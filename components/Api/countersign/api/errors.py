@@ -9,6 +9,7 @@ __all__ = [
     "ApiError",
     "AuthError",
     "BadCursorError",
+    "DurableUpdateError",
     "PlanCancelledError",
     "PlanNotFoundError",
     "RateLimitedError",
@@ -55,6 +56,13 @@ class RegistryItemNotFoundError(ApiError):
     """No such connector or intent in the registry."""
 
     code = "registry_item_not_found"
+
+
+class DurableUpdateError(ApiError):
+    """A plan running on Temporal refused or could not take a decision (not waiting yet, already
+    decided, no Temporal client)."""
+
+    code = "durable_update_refused"
 
 
 class PlanCancelledError(ApiError):

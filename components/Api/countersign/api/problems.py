@@ -31,6 +31,7 @@ from countersign.storage import (
 from .errors import (
     AdminOnlyError,
     AuthError,
+    DurableUpdateError,
     PlanCancelledError,
     PlanNotFoundError,
     RateLimitedError,
@@ -56,6 +57,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (PlanConflictError, 409),
     (PlanNotCurrentError, 409),
     (PlanCancelledError, 409),
+    (DurableUpdateError, 409),
     (ExecuteRefusedError, 409),
     (StaleWorldError, 409),
     (OutcomeUnknownError, 409),

@@ -12,10 +12,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 from ulid import ULID
 
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
+from countersign.durable import (
+    ApproveGate,
+    PlanExecutionWorkflow,
+    RejectGate,
+    WatcherWorkflow,
+    durable_starter,
+)
 from countersign.execute import ExecuteReport, Executor
 from countersign.kernel import (
     InputError,
@@ -35,7 +44,12 @@ from countersign.storage import Database, PlanStore, stored_document
 from countersign.workflowbuilder import CredentialRef
 
 from .core import PlanState, decode_cursor, encode_cursor, fold_events
-from .errors import PlanCancelledError, PlanNotFoundError, UserMismatchError
+from .errors import (
+    DurableUpdateError,
+    PlanCancelledError,
+    PlanNotFoundError,
+    UserMismatchError,
+)
 from .events import EventLog
 from .reads import Reads
 
@@ -58,6 +72,8 @@ class PlanService:
     signer_name: str = "planner@system"
     #: hot single-statement reads (plan views, events) on the read pool when given
     reads: Reads | None = None
+    #: the Temporal client durable plans run on (``use_temporal``)
+    temporal: Client | None = None
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(clock=self.clock)
@@ -80,6 +96,35 @@ class PlanService:
         """Where steps run from now on (the API opens its n8n client when it starts)."""
         self.transport = transport
         self.executor.transport = transport
+
+    def use_temporal(self, client: Client) -> None:
+        """Durable plans go to Temporal through ``client`` (execute hands them off; approving,
+        rejecting or cancelling a running one sends the workflow its update or signal)."""
+        self.temporal = client
+        self.executor.durable = durable_starter(client)
+
+    def _workflow_of(self, plan_id: str) -> str | None:
+        """The Temporal workflow a plan was handed to (from its ``handed_off`` event)."""
+        wid = None
+        for e in self.events.since(plan_id, 0, limit=10_000):
+            if e["kind"] == "handed_off" and isinstance(e.get("details"), Mapping):
+                wid = e["details"].get("workflow_id")
+        return str(wid) if wid else None
+
+    async def _update(self, plan_id: str, wid: str, name: str, arg: Any) -> Any:
+        if self.temporal is None:
+            raise DurableUpdateError(
+                f"plan {plan_id} runs on Temporal ({wid}) and this service has no Temporal client"
+            )
+        handle = self.temporal.get_workflow_handle(wid)
+        workflow = WatcherWorkflow if wid.startswith("watch-") else PlanExecutionWorkflow
+        try:
+            return await handle.execute_update(getattr(workflow, name), arg)
+        except WorkflowUpdateFailedError as e:
+            cause = str(e.cause) if e.cause is not None else str(e)
+            raise DurableUpdateError(f"{wid} refused {name}: {cause}") from e
+        except RPCError as e:
+            raise DurableUpdateError(f"{wid}: {e.message}") from e
 
     def use_registry(self, registry: Registry) -> None:
         """Plan, preview and execute against this registry from now on (plans signed against
@@ -217,10 +262,25 @@ class PlanService:
         )
         return result.wrapper.to_json()
 
-    def approve(
+    async def approve(
         self, plan_id: str, gate_id: str, user_id: str, *, choice: Any = None
     ) -> dict[str, Any]:
-        """A token for one gate (bound to the plan hash, the gate and the caller)."""
+        """A token for one gate (bound to the plan hash, the gate and the caller). A plan running
+        on Temporal gets it at once (the workflow's ``approve_gate`` update spends it)."""
+        out = self.issue_token(plan_id, gate_id, user_id, choice=choice)
+        wid = self._workflow_of(plan_id)
+        if wid is not None:
+            gate = ApproveGate(gate_id=gate_id, token=out["token"])
+            out["durable"] = {
+                "workflow_id": wid,
+                "result": await self._update(plan_id, wid, "approve_gate", gate),
+            }
+        return out
+
+    def issue_token(
+        self, plan_id: str, gate_id: str, user_id: str, *, choice: Any = None
+    ) -> dict[str, Any]:
+        """A token for one gate, without sending it anywhere."""
         document = self.document(plan_id, user_id)
         self._not_cancelled(plan_id)
         verified = verify_signed_plan(document, keys=self.keyring)
@@ -247,11 +307,21 @@ class PlanService:
             "expires_at": format_utc(token.exp),
         }
 
-    def reject(
+    async def reject(
         self, plan_id: str, gate_id: str, user_id: str, *, reason: str | None
     ) -> dict[str, Any]:
-        """Reject a gate: nothing it guards will run."""
+        """Reject a gate: nothing it guards will run (a running workflow records it itself)."""
         document = self.document(plan_id, user_id)
+        wid = self._workflow_of(plan_id)
+        if wid is not None:
+            result = await self._update(
+                plan_id, wid, "reject_gate", RejectGate(gate_id=gate_id, reason=reason)
+            )
+            return {
+                "gate_id": gate_id,
+                "decision": "rejected",
+                "durable": {"workflow_id": wid, "result": result},
+            }
         verified = verify_signed_plan(document, keys=self.keyring)
         self.approvals.reject(
             plan_id=plan_id,
@@ -268,9 +338,20 @@ class PlanService:
         self._not_cancelled(plan_id)
         return await self.executor.execute(document, user_id=user_id, tokens=tokens)
 
-    def cancel(self, plan_id: str, user_id: str) -> dict[str, Any]:
-        """Cancel: no later preview, approval or execute of this plan runs (audited)."""
+    async def cancel(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        """Cancel: no later preview, approval or execute of this plan runs (audited); a watcher
+        running on Temporal gets its ``cancel`` signal, a plan workflow is cancelled."""
         self.document(plan_id, user_id)
+        wid = self._workflow_of(plan_id)
+        if wid is not None and self.temporal is not None:
+            handle = self.temporal.get_workflow_handle(wid)
+            try:
+                if wid.startswith("watch-"):
+                    await handle.signal(WatcherWorkflow.cancel)
+                else:
+                    await handle.cancel()
+            except RPCError as e:
+                raise DurableUpdateError(f"{wid}: {e.message}") from e
         with self.db.tx() as c:
             self.audit.append(
                 c,

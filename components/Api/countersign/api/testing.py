@@ -20,8 +20,8 @@ from fastapi import FastAPI
 
 from countersign.kernel import Policy, source_registry_dir
 from countersign.n8n import N8nClient, N8nHandle
-from countersign.n8n.providers import Radicale, SmtpSink
 from countersign.registry import Registry
+from countersign.sandbox import Radicale, SmtpSink
 from countersign.signer import KeyRing
 from countersign.steps import N8nTransport, StepTransport
 from countersign.storage import Database
@@ -33,7 +33,7 @@ from .registry_store import RegistryStore
 from .service import PlanService
 from .users import UserStore
 
-__all__ = ["ALICE", "BOB", "ApiHarness", "api", "api_smtp_credential", "serve"]
+__all__ = ["ALICE", "BOB", "ApiHarness", "api", "api_smtp_credential", "harness", "serve"]
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
@@ -123,6 +123,25 @@ def api(
     api_smtp_credential: CredentialRef,
 ) -> Iterator[ApiHarness]:
     """The API served over the real stack; empty calendars and mailbox."""
+    with harness(n8n, db, registry, keyring, radicale, smtp_server, api_smtp_credential) as h:
+        yield h
+
+
+@contextmanager
+def harness(
+    n8n: N8nHandle,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    radicale: Radicale,
+    smtp_server: SmtpSink,
+    smtp_credential: CredentialRef,
+    *,
+    settings: dict[str, str] | None = None,
+    temporal_connect: Any = None,
+) -> Iterator[ApiHarness]:
+    """Serve the API over these peers (``settings`` adds connector settings; ``temporal_connect``
+    lets durable plans run on Temporal)."""
     for user in (ALICE, BOB):
         radicale.make_calendar(user)
         for name in radicale.events(user):
@@ -144,8 +163,9 @@ def api(
         connector_settings={
             "caldav_base_url": radicale.base_url,
             "smtp_from": "countersign@example.com",
+            **(settings or {}),
         },
-        credentials={"smtp": api_smtp_credential},
+        credentials={"smtp": smtp_credential},
         clock=clock,
     )
     users = UserStore(db, clock=clock, reads=reads)
@@ -157,7 +177,13 @@ def api(
             yield N8nTransport(client)
 
     store = RegistryStore(db, source_registry_dir(), service.audit, clock)
-    config = ApiConfig(listen_dsn=dsn, runtime=runtime, sse_ping_s=1, registry_store=store)
+    config = ApiConfig(
+        listen_dsn=dsn,
+        runtime=runtime,
+        sse_ping_s=1,
+        registry_store=store,
+        temporal_connect=temporal_connect,
+    )
     app = create_app(service, users, config)
     try:
         with serve(app) as base:

@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from countersign.kernel import InputError
 from countersign.storage import Database
+from countersign.storage.errors import StorageConstraintError
 
 from .errors import AuthError, UnknownUserError, UserExistsError
 from .reads import Reads
@@ -78,7 +79,7 @@ class UserStore:
                     ),
                     {"u": user_id, "h": digest(key), "a": admin, "t": self.clock()},
                 )
-        except IntegrityError as e:
+        except (IntegrityError, StorageConstraintError) as e:
             raise UserExistsError(f"user {user_id!r} already exists") from e
         return key
 

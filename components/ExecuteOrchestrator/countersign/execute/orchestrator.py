@@ -138,6 +138,24 @@ class Executor:
     async def execute(
         self, document: Any, *, user_id: str, tokens: Mapping[str, str] | None = None
     ) -> ExecuteReport:
+        """Execute the plan's interactive writes; how it ended is audited as ``execute_finished``
+        (completed, waiting at a gate, failed), the plan's event log's end marker. See
+        ``_execute`` for what is refused."""
+        report = await self._execute(document, user_id=user_id, tokens=tokens)
+        if report.status != "handed_off":  # a durable run reports its own end
+            self._audit(
+                kind="execute_finished",
+                status=report.status,
+                actor=user_id,
+                plan_id=report.plan_id,
+                op=report.waiting_gate,
+                details={"compensated": report.compensated},
+            )
+        return report
+
+    async def _execute(
+        self, document: Any, *, user_id: str, tokens: Mapping[str, str] | None = None
+    ) -> ExecuteReport:
         """Execute the plan's interactive writes.
 
         Raises:

@@ -1,0 +1,230 @@
+"""The visa watcher through the HTTP API on a real Temporal dev server: intent → execute hands it
+to Temporal (findable by plan_id and user_id) → a slot appears → approve over HTTP sends the
+workflow its update → booked once, mail sent; reject and cancel reach the running workflow too."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from countersign.api.testing import ALICE, ApiHarness, harness
+from countersign.durable import DurableActivities, connect, make_worker
+from countersign.durable.runtime import temporal_start, temporal_stop
+from countersign.durable.testing import sandbox_fixture  # noqa: F401  (fixture)
+from countersign.kernel import system_clock
+from countersign.kernel.process import free_port
+from countersign.n8n import N8nHandle
+from countersign.registry import Registry
+from countersign.sandbox import Radicale, SmtpSink, VisaSandbox
+from countersign.signer import KeyRing
+from countersign.storage import Database
+from countersign.workflowbuilder import CredentialRef
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def temporal(tmp_path: Path) -> Iterator[str]:
+    port, ui = free_port(), free_port()
+    temporal_start(tmp_path / "temporal", port=port, ui_port=ui)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        temporal_stop(tmp_path / "temporal")
+
+
+def _watch(days: int = 30) -> dict[str, Any]:
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
+    return {
+        "intent": {
+            "intent": "watch_visa_slots",
+            "entities": {
+                "consulate": "lisbon",
+                "date_from": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "date_to": (start + timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "poll_interval_s": 1,
+                "max_polls": 50,
+                "notify_to": ALICE,
+            },
+        }
+    }
+
+
+def _worker(address: str, acts: DurableActivities, stop: threading.Event) -> threading.Thread:
+    async def run() -> None:
+        client = await connect(address)
+        async with make_worker(client, acts):
+            while not stop.is_set():
+                await asyncio.sleep(0.1)
+
+    t = threading.Thread(target=lambda: asyncio.run(run()), daemon=True)
+    t.start()
+    return t
+
+
+def _until(fn: Any, timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = fn()
+        if out or time.monotonic() > deadline:
+            return out
+        time.sleep(0.3)
+
+
+def test_visa_watcher_over_http_books_once(
+    n8n: N8nHandle,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    radicale: Radicale,
+    smtp_server: SmtpSink,
+    api_smtp_credential: CredentialRef,
+    sandbox: VisaSandbox,
+    temporal: str,
+) -> None:
+    sandbox.appear_after = 3
+    smtp_server.messages.clear()
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp_server.host,
+        "smtp_port": str(smtp_server.port),
+    }
+    acts = DurableActivities(
+        db,
+        keys=keyring,
+        registry=registry,
+        settings={"smtp_from": "countersign@example.com", **settings},
+        clock=system_clock,
+    )
+    stop = threading.Event()
+    worker = _worker(temporal, acts, stop)
+    try:
+        with harness(
+            n8n,
+            db,
+            registry,
+            keyring,
+            radicale,
+            smtp_server,
+            api_smtp_credential,
+            settings=settings,
+            temporal_connect=lambda: connect(temporal),
+        ) as api:
+            _run(api, sandbox, smtp_server, temporal)
+    finally:
+        stop.set()
+        worker.join(15)
+
+
+def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -> None:
+    with api.client() as alice:
+        body = alice.post("/v1/intents", json=_watch()).json()
+        plan_id = body["plan_id"]
+        assert body["gates"] == ["gate-A"], body
+        started = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+        assert started.status_code == 202, started.text
+        assert started.json()["status"] == "handed_off"
+        wid = started.json()["workflow_id"]
+        assert wid == f"watch-{plan_id}"
+
+        # findable in Temporal (what the UI searches) by plan_id and by user_id
+        async def find() -> list[str]:
+            client = await connect(temporal)
+            q = f'plan_id="{plan_id}" AND user_id="{ALICE}"'
+            return [w.id async for w in client.list_workflows(q)]
+
+        assert _until(lambda: asyncio.run(find()) == [wid], 30)
+        # approving before a slot is there: refused with the workflow's reason
+        early = alice.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": {"slot": {"id": "x"}}}
+        )
+        if early.status_code != 200:
+            assert early.json()["code"] == "durable_update_refused", early.text
+
+        def approve() -> httpx.Response | None:
+            r = alice.post(
+                f"/v1/plans/{plan_id}/gates/gate-A/approve",
+                json={"choice": {"slot": {"id": "slot-1"}}},
+            )
+            return r if r.status_code == 200 else None
+
+        ok = early if early.status_code == 200 else _until(approve, 60)
+        assert ok is not None, "the watcher never waited for gate-A"
+        assert ok.json()["durable"]["workflow_id"] == wid
+        assert _until(lambda: len(sandbox.bookings) == 1 and len(smtp.messages) >= 1, 60)
+        assert sandbox.booking_posts == 1
+        assert _until(
+            lambda: alice.get(f"/v1/plans/{plan_id}").json()["status"] in {"completed", "booked"},
+            30,
+        ), alice.get(f"/v1/plans/{plan_id}").json()["status"]
+        kinds = [
+            e["kind"] for e in alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
+        ]
+        assert "handed_off" in kinds and "gate_approved" in kinds
+
+
+def test_cancel_reaches_a_running_watcher(
+    n8n: N8nHandle,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    radicale: Radicale,
+    smtp_server: SmtpSink,
+    api_smtp_credential: CredentialRef,
+    sandbox: VisaSandbox,
+    temporal: str,
+) -> None:
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp_server.host,
+        "smtp_port": str(smtp_server.port),
+    }
+    acts = DurableActivities(
+        db,
+        keys=keyring,
+        registry=registry,
+        settings={"smtp_from": "cs@example.com", **settings},
+        clock=system_clock,
+    )
+    stop = threading.Event()
+    worker = _worker(temporal, acts, stop)
+    try:
+        with (
+            harness(
+                n8n,
+                db,
+                registry,
+                keyring,
+                radicale,
+                smtp_server,
+                api_smtp_credential,
+                settings=settings,
+                temporal_connect=lambda: connect(temporal),
+            ) as api,
+            api.client() as alice,
+        ):
+            plan_id = alice.post("/v1/intents", json=_watch()).json()["plan_id"]
+            assert (
+                alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}}).json()["status"]
+                == "handed_off"
+            )
+            assert alice.post(f"/v1/plans/{plan_id}/cancel").json()["status"] == "cancelled"
+
+            async def status() -> str:
+                client = await connect(temporal)
+                desc = await client.get_workflow_handle(f"watch-{plan_id}").describe()
+                return str(desc.status.name if desc.status else "")
+
+            assert _until(lambda: asyncio.run(status()) == "COMPLETED", 30)
+            assert sandbox.bookings == {}
+    finally:
+        stop.set()
+        worker.join(15)
