@@ -1,0 +1,186 @@
+"""The sandbox shop behind the ``shop.sandbox`` connector (registry/connectors/shop.sandbox.yaml).
+
+Labelled sandbox: no real shop can be reached from here. The HTTP contract the connector binds:
+
+- ``GET /search?q=`` → ``{query, offers: [{item, title, price}]}``
+- ``GET /cart`` → ``{lines, total}``
+- ``POST /cart`` ``{item, quantity}`` → the line ``{id, item, quantity, unit_price, cart_total}``
+  (404 for an unknown item)
+- ``DELETE /cart/{line_id}`` → ``{cart_total}``
+- ``POST /checkout`` ``{max_total}`` → the order ``{id, total, lines}``; 409 when the cart total
+  (prices read again at checkout) is over ``max_total``
+- ``POST /orders/{id}/cancel`` → ``{id, cancelled: true}``
+
+Writes honour ``Idempotency-Key``: a replayed key gets the first answer and changes nothing.
+Beyond the contract: ``GET /`` (an HTML page with the sandbox banner, the prices, cart and
+orders), ``GET /_sandbox/state`` and ``PUT /_sandbox/prices/{item}`` ``{price}`` (the price a
+test changes to exercise the staleness check when the shop runs in another process).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from .core import render_page
+from .http import Answer, JsonServer, Request, Served
+
+__all__ = ["ShopSandbox", "serve_shop"]
+
+WHAT = "shop"
+
+
+def _default_prices() -> dict[str, str]:
+    return {"cable-a": "9.90", "cable-b": "12.50", "cable-c": "19.00"}
+
+
+@dataclass
+class ShopSandbox:
+    """The shop's state (read by tests; ``prices`` and ``reprice_at_checkout`` set by them).
+    ``arrivals`` records every request of the contract as ``(method, path, idempotency key)``."""
+
+    base_url: str = ""
+    prices: dict[str, str] = field(default_factory=_default_prices)
+    cart: dict[str, dict[str, Any]] = field(default_factory=dict)
+    orders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arrivals: list[tuple[str, str, str | None]] = field(default_factory=list)
+    #: prices that change the moment a checkout arrives (the world moving under a write)
+    reprice_at_checkout: dict[str, str] = field(default_factory=dict)
+    _by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def total(self) -> str:
+        """The cart total at the current line prices (two decimals)."""
+        cents = sum(
+            round(float(line["unit_price"]) * 100) * line["quantity"] for line in self.cart.values()
+        )
+        return f"{cents / 100:.2f}"
+
+    def route(self, req: Request) -> Answer:
+        """The HTTP entry point (one request at a time)."""
+        if req.method == "GET" and req.path == "/":
+            with self._lock:
+                return Answer(200, html=self._page())
+        if req.path.startswith("/_sandbox/"):
+            with self._lock:
+                return self._admin(req)
+        with self._lock:
+            status, out = self.handle(
+                req.method, req.path, dict(req.query), req.body, req.header("Idempotency-Key")
+            )
+        return Answer(status, out)
+
+    def handle(
+        self, method: str, path: str, query: dict[str, str], body: Any, key: str | None
+    ) -> tuple[int, Any]:
+        """One request of the contract: ``(status, JSON body)``."""
+        self.arrivals.append((method, path, key))
+        if not isinstance(body, dict):
+            body = {}
+        if method == "GET" and path == "/search":
+            q = query.get("q", "")
+            return 200, {
+                "query": q,
+                "offers": [
+                    {"item": i, "title": f"{q} ({i})", "price": p}
+                    for i, p in sorted(self.prices.items())
+                ],
+            }
+        if method == "GET" and path == "/cart":
+            return 200, {"lines": list(self.cart.values()), "total": self.total()}
+        if key is not None and key in self._by_key:  # a replay of a request already applied
+            return 200, self._by_key[key]
+        if method == "POST" and path == "/cart":
+            item = str(body.get("item"))
+            if item not in self.prices:
+                return 404, {"error": f"no item {item}"}
+            line_id = f"line-{len(self.cart) + len(self.orders) + 1}"
+            line: dict[str, Any] = {
+                "id": line_id,
+                "item": item,
+                "quantity": int(body.get("quantity", 1)),
+                "unit_price": self.prices[item],
+            }
+            self.cart[line_id] = line
+            out: dict[str, Any] = {**line, "cart_total": self.total()}
+        elif method == "DELETE" and path.startswith("/cart/"):
+            self.cart.pop(path.rsplit("/", 1)[1], None)
+            out = {"cart_total": self.total()}
+        elif method == "POST" and path == "/checkout":
+            # prices are read again at checkout: the cart total is what would be charged now
+            self.prices.update(self.reprice_at_checkout)
+            for held in self.cart.values():
+                held["unit_price"] = self.prices[str(held["item"])]
+            try:
+                limit = float(str(body.get("max_total")))
+            except ValueError:
+                return 422, {"error": "max_total must be a number"}
+            if float(self.total()) > limit:
+                return 409, {"error": "cart total over max_total", "total": self.total()}
+            order_id = f"order-{len(self.orders) + 1}"
+            order: dict[str, Any] = {
+                "id": order_id,
+                "total": self.total(),
+                "lines": [dict(v) for v in self.cart.values()],
+            }
+            self.orders[order_id] = order
+            self.cart.clear()
+            out = order
+        elif method == "POST" and path.startswith("/orders/") and path.endswith("/cancel"):
+            oid = path.split("/")[2]
+            if oid not in self.orders:
+                return 404, {"error": f"no order {oid}"}
+            self.orders[oid]["cancelled"] = True
+            out = {"id": oid, "cancelled": True}
+        else:
+            return 404, {"error": f"no route {method} {path}"}
+        if key is not None:
+            self._by_key[key] = out
+        return 200, out
+
+    def _admin(self, req: Request) -> Answer:
+        if req.method == "GET" and req.path == "/_sandbox/state":
+            return Answer(
+                200,
+                {
+                    "prices": self.prices,
+                    "cart": list(self.cart.values()),
+                    "orders": list(self.orders.values()),
+                    "requests": len(self.arrivals),
+                },
+            )
+        if req.method == "PUT" and req.path.startswith("/_sandbox/prices/"):
+            item = req.path.rsplit("/", 1)[1]
+            price = req.body.get("price") if isinstance(req.body, dict) else None
+            try:
+                value = f"{float(str(price)):.2f}"
+            except ValueError:
+                return Answer(422, {"error": f"price must be a number, got {price!r}"})
+            self.prices[item] = value
+            return Answer(200, {"item": item, "price": value})
+        return Answer(404, {"error": f"no route {req.method} {req.path}"})
+
+    def _page(self) -> str:
+        rows = [{"item": i, "price": p, "in cart": ""} for i, p in sorted(self.prices.items())]
+        for line in self.cart.values():
+            for row in rows:
+                if row["item"] == line["item"]:
+                    row["in cart"] = str(line["quantity"])
+        orders = ", ".join(
+            f"{o['id']} ({o['total']}{', cancelled' if o.get('cancelled') else ''})"
+            for o in self.orders.values()
+        )
+        rows.append({"item": "orders", "price": "", "in cart": orders or "none"})
+        return render_page("Sandbox shop", WHAT, rows, ["item", "price", "in cart"])
+
+
+def serve_shop(
+    shop: ShopSandbox | None = None, *, host: str = "127.0.0.1", port: int = 0
+) -> Served[ShopSandbox]:
+    """A sandbox shop on ``host:port`` (0: a free port), serving from a daemon thread until
+    ``shutdown`` (or the end of a ``with`` block); ``base_url`` is set on the state."""
+    state = shop if shop is not None else ShopSandbox()
+    server = JsonServer(state.route, what=WHAT, host=host, port=port).start()
+    state.base_url = server.url
+    return Served(state, server)

@@ -1,0 +1,200 @@
+"""The sandbox visa-appointment service behind the ``visa.sandbox`` connector
+(registry/connectors/visa.sandbox.yaml).
+
+Labelled sandbox: no consulate is reachable from here. The HTTP contract the connector binds:
+
+- ``GET /consulates/{c}/slots?from=&to=`` → ``{slots: [{id, at}]}``: none until slots "appear",
+  then one. They appear at the ``appear_after``-th search (tests drive "time" by counting
+  searches, so time-skipping runs stay deterministic) or ``appear_after_s`` seconds after the
+  service started (the standalone sandbox), whichever comes first; ``POST /_sandbox/slots``
+  makes one appear now. ``fixed_slot`` (tests) answers ``slot-1`` at 2027-03-14T09:00Z whatever
+  the window; otherwise the slot lies in the window asked for (its first day, 09:00 UTC).
+- ``POST /consulates/{c}/bookings`` ``{slot}`` → 201 ``{id, slot}``; honours
+  ``Idempotency-Key`` (same key → same booking). Knobs: ``fail_after_booking`` (book, then
+  answer 500: the outcome is lost), ``fail_before_booking`` (503, nothing booked), ``hold`` (the
+  answer waits for ``release``: a test can kill a worker while the write is in flight).
+- ``DELETE /consulates/{c}/bookings/{id}`` → ``{cancelled: true}`` (the saga's compensation).
+
+Beyond the connector: ``POST /consulates/{c}/slots/{slot}/hold`` → 201 ``{hold_id, slot,
+expires_in_s}`` (a held slot is left out of searches until released or booked) and
+``DELETE /consulates/{c}/slots/{slot}/hold`` (release); ``GET /`` an HTML page with the banner;
+``GET /_sandbox/state``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .core import render_page
+from .http import Answer, JsonServer, Request, Served
+
+__all__ = ["VisaSandbox", "serve_visa"]
+
+WHAT = "consulate appointment service"
+FIXED_SLOT = {"id": "slot-1", "at": "2027-03-14T09:00:00Z"}
+
+
+@dataclass
+class VisaSandbox:
+    """State of the service (read by the tests; knobs set by them)."""
+
+    appear_after: int = 10**9
+    #: slots also appear this many seconds after the service started (None: never by time)
+    appear_after_s: float | None = None
+    #: tests: always ``slot-1`` at a fixed time; else a slot inside the window searched
+    fixed_slot: bool = True
+    searches: int = 0
+    windows: list[tuple[str, str]] = field(default_factory=list)
+    bookings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    booking_posts: int = 0
+    cancelled: list[str] = field(default_factory=list)
+    #: answer 500 after recording the booking this many times (the outcome is lost)
+    fail_after_booking: int = 0
+    #: answer 503 without booking this many times (nothing happened)
+    fail_before_booking: int = 0
+    #: when set, a booking is recorded, ``post_seen`` is set and the answer waits for ``release``
+    hold: bool = False
+    post_seen: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    #: slot id -> hold id (held slots are left out of searches)
+    holds: dict[str, str] = field(default_factory=dict)
+    #: made to appear now by ``POST /_sandbox/slots``
+    forced: bool = False
+    url: str = ""
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(default_factory=time.monotonic)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def appeared(self) -> bool:
+        """Have slots appeared yet (by searches, by time, or forced)?"""
+        by_time = (
+            self.appear_after_s is not None and self.clock() - self.started >= self.appear_after_s
+        )
+        return self.forced or by_time or self.searches >= self.appear_after
+
+    def slot_for(self, consulate: str, date_from: str) -> dict[str, Any]:
+        """The slot that appears for a search from ``date_from``."""
+        if self.fixed_slot:
+            return dict(FIXED_SLOT)
+        day = date_from[:10] or "2027-03-14"
+        return {"id": f"{consulate}-{day}-0900", "at": f"{day}T09:00:00Z"}
+
+    def route(self, req: Request) -> Answer:
+        """The HTTP entry point."""
+        parts = req.path.strip("/").split("/")
+        if req.method == "GET" and req.path == "/":
+            with self._lock:
+                return Answer(200, html=self._page())
+        if req.path.startswith("/_sandbox/"):
+            with self._lock:
+                return self._admin(req)
+        if len(parts) < 3 or parts[0] != "consulates":
+            return Answer(404, {"error": f"no route {req.method} {req.path}"})
+        consulate, what, rest = parts[1], parts[2], parts[3:]
+        if what == "slots" and not rest and req.method == "GET":
+            return self._search(consulate, req)
+        if what == "slots" and len(rest) == 2 and rest[1] == "hold":
+            return self._hold(req.method, rest[0])
+        if what == "bookings" and not rest and req.method == "POST":
+            return self._book(req)
+        if what == "bookings" and len(rest) == 1 and req.method == "DELETE":
+            with self._lock:
+                self.cancelled.append(rest[0])
+            return Answer(200, {"cancelled": True})
+        return Answer(404, {"error": f"no route {req.method} {req.path}"})
+
+    def _search(self, consulate: str, req: Request) -> Answer:
+        with self._lock:
+            self.searches += 1
+            window = (req.query.get("from", ""), req.query.get("to", ""))
+            self.windows.append(window)
+            slots = [self.slot_for(consulate, window[0])] if self.appeared() else []
+            slots = [s for s in slots if s["id"] not in self.holds]
+        return Answer(200, {"slots": slots})
+
+    def _hold(self, method: str, slot: str) -> Answer:
+        with self._lock:
+            if method == "POST":
+                if slot in self.holds:
+                    return Answer(409, {"error": f"slot {slot} is already held"})
+                self.holds[slot] = f"hold-{len(self.holds) + 1}"
+                return Answer(201, {"hold_id": self.holds[slot], "slot": slot})
+            if method == "DELETE":
+                return Answer(
+                    200, {"slot": slot, "released": self.holds.pop(slot, None) is not None}
+                )
+        return Answer(405, {"error": f"{method} on a hold"})
+
+    def _book(self, req: Request) -> Answer:
+        key = req.header("Idempotency-Key") or ""
+        body = req.body if isinstance(req.body, dict) else {}
+        with self._lock:
+            self.booking_posts += 1
+            if self.fail_before_booking > 0:
+                self.fail_before_booking -= 1
+                return Answer(503, {"error": "try later"})
+            if key not in self.bookings:
+                self.bookings[key] = {
+                    "id": f"booking-{len(self.bookings) + 1}",
+                    "slot": body.get("slot"),
+                }
+                slot = body.get("slot")
+                slot_id = slot.get("id") if isinstance(slot, dict) else slot
+                self.holds.pop(str(slot_id), None)  # a booking ends the hold on its slot
+            lose = self.fail_after_booking > 0
+            if lose:
+                self.fail_after_booking -= 1
+            booking = dict(self.bookings[key])
+        if self.hold:
+            self.post_seen.set()
+            self.release.wait(60)
+        if lose:
+            return Answer(500, {"error": "internal"})
+        return Answer(201, booking)
+
+    def _admin(self, req: Request) -> Answer:
+        if req.method == "GET" and req.path == "/_sandbox/state":
+            return Answer(
+                200,
+                {
+                    "appeared": self.appeared(),
+                    "searches": self.searches,
+                    "bookings": list(self.bookings.values()),
+                    "cancelled": self.cancelled,
+                    "holds": self.holds,
+                },
+            )
+        if req.method == "POST" and req.path == "/_sandbox/slots":
+            self.forced = True
+            return Answer(200, {"appeared": True})
+        return Answer(404, {"error": f"no route {req.method} {req.path}"})
+
+    def _page(self) -> str:
+        rows = [
+            {"what": "slots", "detail": "appeared" if self.appeared() else "none yet"},
+            {"what": "searches", "detail": str(self.searches)},
+        ]
+        rows += [
+            {
+                "what": b["id"],
+                "detail": str(b["slot"]) + (" (cancelled)" if b["id"] in self.cancelled else ""),
+            }
+            for b in self.bookings.values()
+        ]
+        return render_page("Sandbox visa appointments", WHAT, rows, ["what", "detail"])
+
+
+def serve_visa(
+    visa: VisaSandbox | None = None, *, host: str = "127.0.0.1", port: int = 0
+) -> Served[VisaSandbox]:
+    """A sandbox visa service on ``host:port`` (0: a free port), serving from a daemon thread
+    until ``shutdown`` (or the end of a ``with`` block), which first lets go of a booking held
+    by ``hold``; ``url`` is set on the state."""
+    state = visa if visa is not None else VisaSandbox()
+    server = JsonServer(state.route, what=WHAT, host=host, port=port).start()
+    state.url = server.url
+    return Served(state, server, on_stop=state.release.set)
