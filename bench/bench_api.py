@@ -41,8 +41,8 @@ from countersign.api.reads import Reads
 from countersign.api.testing import serve
 from countersign.kernel import Policy, Settings, source_registry_dir
 from countersign.n8n import N8nClient, free_port, install, start, stop
-from countersign.n8n.providers import SmtpSink, start_radicale
 from countersign.registry import load_registry
+from countersign.sandbox import SmtpSink, start_radicale
 from countersign.signer import KeyRing
 from countersign.steps import N8nTransport, StepTransport
 from countersign.storage import Database, embedded_server

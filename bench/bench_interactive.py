@@ -34,10 +34,10 @@ from countersign.approvals import Approvals
 from countersign.execute import Executor
 from countersign.kernel import Intent, Plan, Policy, Settings, source_registry_dir
 from countersign.n8n import N8nClient, install, start, stop
-from countersign.n8n.providers import start_radicale
 from countersign.planner import make_plan
 from countersign.preview import run_preview
 from countersign.registry import load_registry
+from countersign.sandbox import start_radicale
 from countersign.signer import KeyRing, sign_plan
 from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database, embedded_server

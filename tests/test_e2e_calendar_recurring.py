@@ -18,10 +18,10 @@ import pytest
 
 from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.n8n import N8nClient, N8nHandle
-from countersign.n8n.providers import Radicale
 from countersign.planner import make_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
+from countersign.sandbox import Radicale
 from countersign.signer import KeyRing, sign_plan
 from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database

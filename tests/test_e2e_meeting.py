@@ -30,10 +30,10 @@ from countersign.audit import AuditLog
 from countersign.execute import ExecuteRefusedError, Executor, StaleWorldError
 from countersign.kernel import Intent, Plan, Policy, Settings, SignatureError, system_clock
 from countersign.n8n import N8nClient, N8nHandle, install, start, stop
-from countersign.n8n.providers import Radicale, SmtpSink
 from countersign.planner import make_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
+from countersign.sandbox import Radicale, SmtpSink
 from countersign.signer import KeyRing, sign_plan
 from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError

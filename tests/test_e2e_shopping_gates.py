@@ -17,10 +17,10 @@ from countersign.approvals import Approvals, TokenGateMismatchError
 from countersign.execute import ExecuteRefusedError, Executor, StaleWorldError
 from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.n8n import N8nClient, N8nHandle
-from countersign.n8n.providers import ShopSandbox
 from countersign.planner import make_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
+from countersign.sandbox import ShopSandbox
 from countersign.signer import KeyRing, sign_plan
 from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database

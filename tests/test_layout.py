@@ -125,7 +125,15 @@ _FLOORS["steps"] = {
 for _orchestrator in ("preview", "execute", "durable"):
     _FLOORS[_orchestrator] = _FLOORS["steps"] | {"steps"}
 _FLOORS["intake"] = {"kernel", "registry"}
-_FLOORS["api"] = _FLOORS["steps"] | {"steps", "preview", "execute", "durable", "planner", "intake"}
+_FLOORS["api"] = _FLOORS["steps"] | {
+    "steps",
+    "preview",
+    "execute",
+    "durable",
+    "planner",
+    "intake",
+    "sandbox",
+}
 _FLOORS["cli"] = set(_FLOORS) - {"cli"}
 #: test seams (pytest plugins) may also use the test peers of the floors below them
 _TEST_SEAMS = {"testing.py", "providers.py"}

@@ -39,14 +39,13 @@ from countersign.durable import (
     replayer,
 )
 from countersign.durable.testing import (  # noqa: F401  (fixture)
-    VisaSandbox,
     sandbox_fixture,
     time_skipping_worker,
 )
 from countersign.kernel import Intent, Plan, Policy, system_clock
-from countersign.n8n.providers import SmtpSink
 from countersign.planner import make_plan
 from countersign.registry import Registry
+from countersign.sandbox import SmtpSink, VisaSandbox
 from countersign.signer import KeyRing, sign_plan
 from countersign.storage import Database, PlanStore
 

@@ -8,7 +8,7 @@ from email.message import EmailMessage
 import httpx
 
 from countersign.binding import ics_busy, ics_event
-from countersign.n8n.providers import Radicale, SmtpSink
+from countersign.sandbox import Radicale, SmtpSink
 
 
 def test_radicale_calendar_roundtrip(radicale: Radicale) -> None:

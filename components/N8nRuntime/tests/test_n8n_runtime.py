@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from countersign.n8n import N8nApiError, N8nClient, N8nHandle, install, start, stop
-from countersign.n8n.providers import Radicale, SmtpSink
+from countersign.sandbox import Radicale, SmtpSink
 
 
 def _webhook_code(path: str, js: str) -> dict[str, Any]:

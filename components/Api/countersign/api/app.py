@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import html
 import json
 import time
 from collections import defaultdict, deque
@@ -495,6 +496,28 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         # the page reads this one and echoes it in X-CSRF-Token on every write
         response.set_cookie(CSRF_COOKIE, csrf, httponly=False, samesite="strict", path="/")
         return response
+
+    @app.get("/", include_in_schema=False)
+    def home(request: Request) -> Response:
+        """Where the login link lands: who is signed in, and where to go from here."""
+        who: str | None = None
+        session = request.cookies.get(SESSION_COOKIE)
+        if session:
+            with contextlib.suppress(AuthError):
+                who = users.by_session(session).user_id
+        body = (
+            f"<p>Signed in as <strong>{html.escape(who)}</strong>.</p>"
+            if who
+            else "<p>Not signed in: open the login link <code>countersign up</code> printed "
+            "(or run <code>countersign login-link</code>).</p>"
+        )
+        page = (
+            "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width'><title>Countersign</title></head>"
+            f"<body><main><h1>Countersign</h1>{body}<p>The API: <a href='/docs'>/docs</a> "
+            "(OpenAPI at <a href='/openapi.json'>/openapi.json</a>).</p></main></body></html>"
+        )
+        return Response(page, media_type="text/html; charset=utf-8")
 
     @app.get("/v1/me", tags=["service"])
     def me(who: Caller) -> dict[str, Any]:

@@ -28,6 +28,7 @@ _PLAN_STATUS = {
     "gate_rejected": "rejected",
     "step_started": "running",
     "handed_off": "running",
+    "watcher_polled": "watching",
     "plan_cancelled": "cancelled",
 }
 #: event kind → the step status it moves to

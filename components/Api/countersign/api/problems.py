@@ -27,6 +27,7 @@ from countersign.storage import (
     PlanConflictError,
     StorageError,
 )
+from countersign.storage.errors import StorageConstraintError
 
 from .errors import (
     AdminOnlyError,
@@ -55,6 +56,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (GateDecidedError, 409),
     (InProgressError, 409),
     (PlanConflictError, 409),
+    (StorageConstraintError, 409),
     (PlanNotCurrentError, 409),
     (PlanCancelledError, 409),
     (DurableUpdateError, 409),

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from countersign.audit import AuditLog
+from countersign.durable import connect
 from countersign.kernel import (
     InputError,
     Policy,
@@ -22,7 +24,10 @@ from countersign.kernel import (
     loads_yaml_strict,
     parse_contract,
 )
+from countersign.kernel.process import alive, port_open, read_pid
 from countersign.n8n import N8nClient, handle_from
+from countersign.n8n import status as n8n_status
+from countersign.sandbox import sandbox_status
 from countersign.signer import open_keyring
 from countersign.steps import N8nTransport, StepTransport
 from countersign.storage import Database
@@ -91,7 +96,11 @@ def open_stack(
         keyring=open_keyring(settings, now=clock(), create=True),
         policy=policy or load_policy(None),
         transport=None,
-        connector_settings=dict(settings.connector_settings),
+        # the running sandbox's providers by default; settings name real ones
+        connector_settings={
+            **sandbox_status(settings.home).get("connector_settings", {}),
+            **settings.connector_settings,
+        },
         clock=clock,
         signer_name=settings.signer_name,
     )
@@ -138,7 +147,35 @@ def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
     cfg = config or ApiConfig()
     cfg.runtime = cfg.runtime or (lambda: n8n_runtime(stack))
     cfg.registry_store = cfg.registry_store or stack.registry_store
+    settings = stack.settings
+    if cfg.temporal_connect is None:
+        cfg.temporal_connect = lambda: connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            tls_cert=settings.temporal_tls_cert,
+            tls_key=settings.temporal_tls_key,
+        )
+    cfg.health = {**_health(settings), **cfg.health}
     cfg.listen_dsn = cfg.listen_dsn or stack.service.db.engine.url.render_as_string(
         hide_password=False
     ).replace("+psycopg", "")
     return create_app(stack.service, stack.users, cfg)
+
+
+def _health(settings: Settings) -> dict[str, Callable[[], Awaitable[str]]]:
+    """``/healthz`` checks beyond the database: n8n, Temporal, the durable worker."""
+
+    async def n8n() -> str:
+        st = await asyncio.to_thread(n8n_status, settings.home / "n8n")
+        return "ok" if st.get("healthy") else "down"
+
+    async def temporal() -> str:
+        host, _, port = settings.temporal_address.rpartition(":")
+        ok = await asyncio.to_thread(port_open, int(port), host or "127.0.0.1")
+        return "ok" if ok else "down"
+
+    async def worker() -> str:
+        pid = read_pid(settings.home / "run" / "worker.pid")
+        return "ok" if pid is not None and alive(pid) else "down"
+
+    return {"n8n": n8n, "temporal": temporal, "worker": worker}

@@ -19,7 +19,7 @@ import typer
 from countersign.api.cli import register as register_api_verbs
 from countersign.audit.cli import app as audit_app
 from countersign.durable.cli import app as temporal_app
-from countersign.durable.runtime import temporal_start, temporal_status, temporal_stop
+from countersign.durable.runtime import temporal_status
 from countersign.kernel import (
     CountersignError,
     Evidence,
@@ -35,18 +35,18 @@ from countersign.kernel import (
     parse_contract,
     system_clock,
 )
-from countersign.n8n import install as n8n_install
-from countersign.n8n import start as n8n_start
 from countersign.n8n import status as n8n_status
-from countersign.n8n import stop as n8n_stop
 from countersign.n8n.cli import app as n8n_app
 from countersign.planner import make_plan
 from countersign.registry import load_registry
+from countersign.sandbox import sandbox_status
+from countersign.sandbox.cli import app as sandbox_app
 from countersign.signer import KeyRing, fresh_seed, open_keyring, sign_plan, verify_signed_plan
 from countersign.steps import StoreRecorder
 from countersign.storage import Database
 
 from .db import app as db_app
+from .stack import stack_down, stack_running, stack_up, wait_for_interrupt
 
 __all__ = ["app", "main"]
 
@@ -65,6 +65,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(audit_app, name="audit")
 app.add_typer(n8n_app, name="n8n")
 app.add_typer(temporal_app, name="temporal")
+app.add_typer(sandbox_app, name="sandbox")
 register_api_verbs(app)
 
 EXIT_REFUSED = 1
@@ -256,17 +257,32 @@ def up_cmd(
         bool,
         typer.Option(
             "--services/--no-services",
-            help="Start PostgreSQL, n8n and Temporal (--no-services: start nothing; the plan is "
-            "still stored when DATABASE_URL names an external database).",
+            help="Start the whole stack (--no-services: start nothing; plan, sign and print the "
+            "intent, stored when DATABASE_URL names an external database).",
         ),
     ] = True,
+    port: Annotated[int, typer.Option("--port", help="The API and chat page.")] = 8000,
+    detach: Annotated[
+        bool,
+        typer.Option("--detach", help="Return once everything runs; 'countersign down' stops it."),
+    ] = False,
 ) -> None:
-    """Start the embedded stack (PostgreSQL + pgvector, n8n, Temporal) and run the main job:
-    plan, sign, verify and store an intent (with its ``plan_signed`` audit row, through the same
-    store path as preview and execute). Prints where everything is."""
+    """Start the whole stack on embedded defaults — PostgreSQL + pgvector, the Temporal dev server
+    (+ UI), n8n, the sandbox providers, the durable worker, the API on 127.0.0.1:PORT — then run
+    the main job (plan, sign, verify and store an intent with its ``plan_signed`` audit row) and
+    print where everything is, with a one-time login link. Stays in the foreground (logs in the
+    data folder) until Ctrl-C, which stops everything; ``--detach`` returns instead."""
 
     def body() -> None:
         settings = Settings()
+
+        def say(line: str) -> None:
+            typer.echo(line, err=True)
+
+        if services and stack_running(settings, port):
+            say(f"the stack of {settings.home} is already running: http://127.0.0.1:{port}")
+            say("open a new login link with: countersign login-link")
+            return
         example = (
             settings.registry_dir.parent
             / "usecases"
@@ -275,29 +291,14 @@ def up_cmd(
             / "default.intent.json"
         )
         reg = load_registry(settings.registry_dir)
-        typer.echo(f"registry ok: version {reg.version[:16]}…", err=True)
+        say(f"registry ok: version {reg.version[:16]}…")
         ring = open_keyring(settings, now=_now(), create=True)
-        typer.echo(f"key ring ok: active key {ring.active()[0]} in {settings.keys_dir}", err=True)
+        say(f"key ring ok: active key {ring.active()[0]} in {settings.keys_dir}")
+        info = stack_up(settings, port=port, say=say) if services else None
         recorder: StoreRecorder | None = None
         if services or settings.database_url is not None:
             db = Database.open(settings)
             recorder = StoreRecorder(db, clock=system_clock)
-            typer.echo(
-                f"database ok: schema {db.current_revision()} ({'external' if settings.database_url else settings.home / 'pg'})",
-                err=True,
-            )
-        if services:
-            n8n_dir = settings.home / "n8n"
-            if not n8n_status(n8n_dir).get("healthy"):
-                n8n_start(
-                    n8n_install(settings.cache_dir),
-                    n8n_dir,
-                    port=settings.n8n_port,
-                    extra_env={"N8N_EXPRESSION_ENGINE": settings.n8n_expression_engine},
-                )
-            typer.echo(f"n8n ok: http://127.0.0.1:{settings.n8n_port}", err=True)
-            t = temporal_start(settings.home / "temporal")
-            typer.echo(f"temporal ok: {t['address']} (UI {t['ui']})", err=True)
         doc = plan_document(settings, read_document(intent or example), [], {}, now=_now())
         if "needs" in doc:
             _print_json(doc)
@@ -306,24 +307,27 @@ def up_cmd(
         if recorder is not None:
             # the one store path that writes the plan_signed audit row with the plan (Audit SPEC)
             recorder.remember(verified, actor=verified.plan.intent.user_id)
-            typer.echo(f"signed, verified and stored plan {verified.plan.plan_id}", err=True)
+            say(f"signed, verified and stored plan {verified.plan.plan_id}")
         else:
-            typer.echo(
-                f"signed, verified plan {verified.plan.plan_id} (not stored: no database)", err=True
-            )
-        _print_json(doc)
+            say(f"signed, verified plan {verified.plan.plan_id} (not stored: no database)")
+        if info is None:
+            _print_json(doc)
+            return
+        for line in info.lines():
+            typer.echo(line)
+        if detach:
+            return
+        typer.echo("running; Ctrl-C stops everything")
+        wait_for_interrupt(lambda: stack_down(settings, say=say))
 
     _guard(body)
 
 
 @app.command("down")
 def down_cmd() -> None:
-    """Stop n8n and Temporal (PostgreSQL keeps its data folder and stops with the machine)."""
-    settings = Settings()
-    typer.echo(f"n8n: {'stopped' if n8n_stop(settings.home / 'n8n') else 'not running'}")
-    typer.echo(
-        f"temporal: {'stopped' if temporal_stop(settings.home / 'temporal') else 'not running'}"
-    )
+    """Stop everything ``countersign up`` started: the API, the worker, the sandbox providers, n8n,
+    Temporal and the embedded PostgreSQL."""
+    stack_down(Settings(), say=typer.echo)
 
 
 @app.command("status")
@@ -334,6 +338,7 @@ def status_cmd() -> None:
         {
             "n8n": n8n_status(settings.home / "n8n"),
             "temporal": temporal_status(settings.home / "temporal"),
+            "sandbox": sandbox_status(settings.home),
             "home": str(settings.home),
         }
     )

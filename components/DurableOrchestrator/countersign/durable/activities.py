@@ -164,11 +164,22 @@ class DurableActivities:
             ) from e
         if r.status_code >= 500:
             raise ApplicationError(f"poll answered {r.status_code}", type="poll_unavailable")
-        return normalize_output(
+        out = normalize_output(
             self.registry.op(step.uses, step.call).output,
             {"statusCode": r.status_code, "body": r.text},
             args,
         )
+        # the plan's event log hears of every poll and whether it found something
+        found = isinstance(out, Mapping) and any(isinstance(x, list) and x for x in out.values())
+        self._audit(
+            kind="watcher_polled",
+            status="found" if found else "nothing",
+            actor="worker",
+            plan_id=v.plan.plan_id,
+            step=step.step,
+            op=f"{step.uses}.{step.call}",
+        )
+        return out
 
     @activity.defn(name="redeem_gate")
     def redeem_gate(self, call: RedeemCall) -> Any:

@@ -19,6 +19,7 @@ from .errors import CountersignError
 __all__ = [
     "ServiceError",
     "alive",
+    "free_port",
     "group_alive",
     "kill_group",
     "port_open",
@@ -128,6 +129,14 @@ def stop_group(pid_file: Path, *, timeout_s: float = 15.0) -> bool:
             time.sleep(0.05)
     pid_file.unlink(missing_ok=True)
     return ran
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port on ``host`` (for servers that cannot bind port 0 themselves)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -24,7 +24,6 @@ import os
 import platform
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from countersign.kernel.process import alive, kill_group, spawn, stop_group
+from countersign.kernel.process import alive, free_port, kill_group, spawn, stop_group
 
 from .errors import N8nError, N8nInstallError, N8nUnavailableError
 
@@ -352,14 +351,6 @@ def check_lockfiles(cache_dir: Path, *, deploy: Path | None = None) -> list[str]
                 + "\n".join(lines[:12])
             )
     return problems
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _secret_file(path: Path, make: Callable[[], str]) -> str:

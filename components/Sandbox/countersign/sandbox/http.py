@@ -5,7 +5,6 @@ request): JSON in, JSON or HTML out, the sandbox label on every answer (SPEC §L
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -13,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 from urllib.parse import parse_qsl, urlsplit
+
+from countersign.kernel.process import free_port
 
 from .core import mark_sandbox
 
@@ -45,13 +46,6 @@ class Answer:
 
 
 Route = Callable[[Request], Answer]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free TCP port on ``host`` (for servers that cannot bind port 0 themselves)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class JsonServer:

@@ -1,6 +1,6 @@
 """Storage: PostgreSQL (+pgvector) for signed plans, approvals, the idempotency ledger, history."""
 
-from .db import Database, alembic_config, embedded_server, embedded_url
+from .db import Database, alembic_config, embedded_server, embedded_url, stop_embedded
 from .errors import (
     IdempotencyMismatchError,
     InProgressError,
@@ -32,5 +32,6 @@ __all__ = [
     "alembic_config",
     "embedded_server",
     "embedded_url",
+    "stop_embedded",
     "stored_document",
 ]

@@ -24,13 +24,13 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 
 from countersign.kernel import Settings
 
-from .errors import SchemaTooNewError, StorageError
+from .errors import SchemaTooNewError, StorageConstraintError, StorageError, StorageInputError
 
-__all__ = ["Database", "alembic_config", "embedded_server", "embedded_url"]
+__all__ = ["Database", "alembic_config", "embedded_server", "embedded_url", "stop_embedded"]
 
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -88,6 +88,17 @@ def embedded_server(folder: Path) -> Iterator[str]:
         yield str(server.get_uri(driver="psycopg"))
     finally:
         server.cleanup()
+
+
+def stop_embedded(folder: Path) -> bool:
+    """Stop the embedded PostgreSQL of ``folder`` (started by any process); True if it ran."""
+    if not (folder / "postmaster.pid").exists():
+        return False
+    # a handle of our own would only stop the server when it is the last one alive; stop it the
+    # way the library does, as the server's system user
+    server = _pgserver(folder, cleanup_mode=None)
+    server._stop()  # the library has no public "stop a server another process started"
+    return True
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -177,12 +188,22 @@ class Database:
     # ---- sessions ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def tx(self) -> Iterator[Connection]:
-        """A transaction: committed on success, rolled back on any exception."""
+        """A transaction: committed on success, rolled back on any exception.
+
+        The driver's errors never leave it: a broken constraint is ``StorageConstraintError``, a
+        value the column refuses ``StorageInputError``, anything else ``StorageError`` (each
+        names the database's message)."""
         try:
             with self.engine.begin() as c:
                 yield c
+        except IntegrityError as e:
+            raise StorageConstraintError(f"the database refused a conflicting row: {e.orig}") from e
+        except DataError as e:
+            raise StorageInputError(f"the database refused a value: {e.orig}") from e
         except OperationalError as e:
             raise StorageError(f"database operation failed: {e.orig}") from e
+        except DBAPIError as e:
+            raise StorageError(f"database statement failed: {e.orig}") from e
 
     def scalar(self, sql: str, **params: Any) -> Any:
         """Run one statement and return its first column of the first row."""

@@ -11,6 +11,7 @@ __all__ = [
     "OutcomeUnknownError",
     "PlanConflictError",
     "SchemaTooNewError",
+    "StorageConstraintError",
     "StorageError",
     "StorageInputError",
 ]
@@ -21,6 +22,14 @@ class StorageError(CountersignError):
 
     code = "storage_error"
     retryable = True
+
+
+class StorageConstraintError(StorageError):
+    """A statement broke a constraint (a unique key, a foreign key, a check): the row conflicts
+    with one already stored. Callers that expect a conflict catch this, never the driver's error."""
+
+    code = "storage_constraint"
+    retryable = False
 
 
 class StorageInputError(InputError):

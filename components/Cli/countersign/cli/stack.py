@@ -1,0 +1,190 @@
+"""The whole stack from one command: ``countersign up`` starts embedded PostgreSQL, the Temporal dev
+server (+ UI), n8n, the sandbox providers, the durable worker and the API, waits until each is
+healthy, prints where everything is and a one-time login link, and stays in the foreground until
+Ctrl-C (``--detach``: returns; ``countersign down`` stops it all, PostgreSQL included).
+
+Every process is started through ``countersign.kernel.process`` with its pid file and log in the
+data folder (``<home>/run``, ``<home>/logs``); a second ``up`` on the same folder finds the stack
+running and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from countersign.api import UserStore
+from countersign.durable.runtime import temporal_start, temporal_stop
+from countersign.kernel import Settings, system_clock
+from countersign.kernel.process import (
+    ServiceError,
+    alive,
+    port_open,
+    read_pid,
+    spawn,
+    stop_group,
+    wait_port,
+)
+from countersign.n8n import install as n8n_install
+from countersign.n8n import start as n8n_start
+from countersign.n8n import status as n8n_status
+from countersign.n8n import stop as n8n_stop
+from countersign.sandbox import start_sandbox, stop_sandbox
+from countersign.storage import Database, stop_embedded
+
+__all__ = ["LOCAL_USER", "StackInfo", "stack_down", "stack_running", "stack_up"]
+
+#: the browser user ``countersign up`` creates on first start (the login link signs in as it)
+LOCAL_USER = "local"
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """Where everything is."""
+
+    api: str
+    login: str
+    temporal_ui: str
+    n8n: str
+    n8n_login: str
+    mailbox: str
+    logs: Path
+
+    def lines(self) -> list[str]:
+        return [
+            f"API + chat page  {self.api}",
+            f"sign in (once)   {self.login}",
+            f"Temporal UI      {self.temporal_ui}",
+            f"n8n editor       {self.n8n}  ({self.n8n_login})",
+            f"sandbox mailbox  {self.mailbox}",
+            f"logs             {self.logs}",
+        ]
+
+
+def _run_dir(settings: Settings) -> Path:
+    d = settings.home / "run"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def stack_running(settings: Settings, port: int) -> bool:
+    """Is an API started by ``up`` from this data folder running?"""
+    pid = read_pid(_run_dir(settings) / "api.pid")
+    return pid is not None and alive(pid) and port_open(port)
+
+
+def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> StackInfo:
+    """Start everything not yet running; where everything is."""
+    run, logs = _run_dir(settings), settings.home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    db = Database.open(settings)
+    say(f"database ok: schema {db.current_revision()}")
+    n8n_dir = settings.home / "n8n"
+    if not n8n_status(n8n_dir).get("healthy"):
+        say("starting n8n (installs into the cache on first use, ~5 min once) …")
+        n8n_start(
+            n8n_install(settings.cache_dir),
+            n8n_dir,
+            port=settings.n8n_port,
+            extra_env={"N8N_EXPRESSION_ENGINE": settings.n8n_expression_engine},
+        )
+    say(f"n8n ok: http://127.0.0.1:{settings.n8n_port}")
+    host, _, tport = settings.temporal_address.rpartition(":")
+    if host in {"127.0.0.1", "localhost"}:  # otherwise a cluster the settings point at
+        t = temporal_start(settings.home / "temporal", port=int(tport), ui_port=int(tport) + 1000)
+    else:
+        t = {"address": settings.temporal_address, "ui": "(the cluster's own UI)"}
+    say(f"temporal ok: {t['address']} (UI {t['ui']})")
+    sandbox = start_sandbox(settings.home)
+    say(f"sandbox ok: {', '.join(f'{k} {v}' for k, v in sandbox.urls().items())}")
+    env = {
+        **os.environ,
+        "COUNTERSIGN_HOME": str(settings.home),
+        "COUNTERSIGN_CONNECTOR_SETTINGS": json.dumps(
+            {**sandbox.connector_settings(), **settings.connector_settings}
+        ),
+    }
+    exe = [sys.executable, "-m", "countersign.cli"]
+    worker_pid = read_pid(run / "worker.pid")
+    if worker_pid is None or not alive(worker_pid):
+        spawn(
+            [*exe, "temporal", "worker"],
+            log=logs / "worker.log",
+            pid_file=run / "worker.pid",
+            env=env,
+        )
+    say("worker ok")
+    if not stack_running(settings, port):
+        api = spawn(
+            [*exe, "api", "--port", str(port)],
+            log=logs / "api.log",
+            pid_file=run / "api.pid",
+            env=env,
+        )
+        wait_port(port, api, name="the API", log=logs / "api.log", timeout_s=60)
+        _wait_healthy(f"http://127.0.0.1:{port}/healthz", logs / "api.log")
+    say(f"api ok: http://127.0.0.1:{port}")
+    users = UserStore(db, clock=system_clock)
+    users.ensure(LOCAL_USER)
+    link = f"http://127.0.0.1:{port}/login?token={users.login_link(LOCAL_USER)}"
+    db.dispose()
+    return StackInfo(
+        api=f"http://127.0.0.1:{port}",
+        login=link,
+        temporal_ui=str(t["ui"]),
+        n8n=f"http://127.0.0.1:{settings.n8n_port}",
+        n8n_login=f"owner@countersign.local, password in {n8n_dir / 'countersign-owner-password'}",
+        mailbox=sandbox.mailbox_url,
+        logs=logs,
+    )
+
+
+def _wait_healthy(url: str, log: Path, timeout_s: float = 60) -> None:
+    deadline = threading.Event()
+    timer = threading.Timer(timeout_s, deadline.set)
+    timer.start()
+    try:
+        while not deadline.is_set():
+            try:
+                if httpx.get(url, timeout=3).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            deadline.wait(0.3)
+    finally:
+        timer.cancel()
+    raise ServiceError(f"the API did not report healthy within {timeout_s:.0f} s; see {log}")
+
+
+def stack_down(settings: Settings, *, say: Callable[[str], None]) -> None:
+    """Stop everything ``up`` started, newest first, PostgreSQL included."""
+    run = _run_dir(settings)
+    say(f"api: {'stopped' if stop_group(run / 'api.pid') else 'not running'}")
+    say(f"worker: {'stopped' if stop_group(run / 'worker.pid') else 'not running'}")
+    stopped = stop_sandbox(settings.home)
+    say(f"sandbox: {'stopped' if stopped else 'not running'}")
+    say(f"n8n: {'stopped' if n8n_stop(settings.home / 'n8n') else 'not running'}")
+    say(f"temporal: {'stopped' if temporal_stop(settings.home / 'temporal') else 'not running'}")
+    if settings.database_url is None:
+        say(f"postgres: {'stopped' if stop_embedded(settings.home / 'pg') else 'not running'}")
+
+
+def wait_for_interrupt(on_stop: Callable[[], Any]) -> None:
+    """Stay in the foreground until Ctrl-C or SIGTERM, then ``on_stop()``."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(1):
+            pass
+    except KeyboardInterrupt:
+        pass
+    on_stop()

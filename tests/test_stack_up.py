@@ -1,0 +1,80 @@
+"""The whole stack from one command, as a newcomer runs it: ``countersign up --detach`` starts
+every service and prints a login link that works; a second ``up`` says it is running; ``down``
+stops everything, PostgreSQL included."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from countersign.kernel.process import free_port, port_open
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(home: Path, env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("COUNTERSIGN_") and k != "DATABASE_URL"
+    }
+    env |= {"COUNTERSIGN_HOME": str(home), **env_extra}
+    if cache := os.environ.get("COUNTERSIGN_CACHE_DIR"):
+        env["COUNTERSIGN_CACHE_DIR"] = cache
+    return subprocess.run(
+        [sys.executable, "-m", "countersign.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_up_detach_login_and_down(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    api_port, temporal_port = free_port(), free_port()
+    extra = {
+        "COUNTERSIGN_N8N_PORT": str(free_port()),
+        "COUNTERSIGN_TEMPORAL_ADDRESS": f"127.0.0.1:{temporal_port}",
+    }
+    up = _cli(home, extra, "up", "--detach", "--port", str(api_port))
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        lines = dict(
+            re.split(r"\s{2,}", line.strip(), maxsplit=1)
+            for line in up.stdout.splitlines()
+            if re.search(r"\S\s{2,}\S", line)
+        )
+        login = lines["sign in (once)"]
+        health = httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).json()
+        assert health == {
+            "status": "ok",
+            "database": "ok",
+            "n8n": "ok",
+            "temporal": "ok",
+            "worker": "ok",
+        }, health
+        with httpx.Client(timeout=10, follow_redirects=True) as browser:
+            r = browser.get(login)
+            assert r.status_code == 200 and "Signed in as" in r.text, r.text
+            assert browser.get(f"http://127.0.0.1:{api_port}/v1/me").json()["user_id"] == "local"
+        assert (
+            httpx.get(lines["sandbox mailbox"], timeout=10).headers.get("X-Countersign-Sandbox")
+            == "true"
+        )
+        again = _cli(home, extra, "up", "--detach", "--port", str(api_port))
+        assert again.returncode == 0 and "already running" in again.stderr
+    finally:
+        down = _cli(home, extra, "down")
+    assert down.returncode == 0, down.stderr
+    for service in ("api", "worker", "sandbox", "n8n", "temporal", "postgres"):
+        assert f"{service}: stopped" in down.stdout, down.stdout
+    assert not port_open(api_port) and not port_open(temporal_port)
+    assert not (home / "pg" / "postmaster.pid").exists()
