@@ -1,0 +1,409 @@
+"""Chat text → an intent and its entities, deterministically (no I/O, no wall clock).
+
+Which intent: BM25 (``rank-bm25``) over each registry intent's name, title, description and
+examples, after spelling repair against the registry's own vocabulary (``difflib``); below the
+threshold it asks which one was meant. Entities by the types the registry declares, each with the
+words that gave it: e-mail addresses; people by name through the caller's contacts (an ambiguous
+name asks); durations; windows of time resolved in the caller's time zone from ``received_at``;
+amounts; quantities; free text (titles, product queries, consulates). Whatever a required entity
+still lacks becomes the registry's question (the readiness gate).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from rank_bm25 import BM25Okapi
+
+from countersign.kernel import format_utc
+from countersign.registry import Registry
+
+__all__ = ["Contact", "Explained", "Intake", "Need", "Understanding"]
+
+_WORD = re.compile(r"[a-z0-9@.\-+]+")
+_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+_NUMBERS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "fifteen": 15, "twenty": 20,
+    "thirty": 30, "forty": 40, "forty-five": 45, "sixty": 60, "ninety": 90,
+}  # fmt: skip
+#: verbs of buying, misspellings of "purchase" included
+_BUY = r"(?:buy|order|get|purchase|purchse|purchace|purhcase)"
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_MONTHS = [
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december",
+]  # fmt: skip
+_STOP = {
+    "a",
+    "an",
+    "the",
+    "with",
+    "and",
+    "for",
+    "to",
+    "me",
+    "my",
+    "i",
+    "please",
+    "of",
+    "in",
+    "on",
+    "at",
+}
+_PARTS = {"morning": (9, 12), "afternoon": (13, 18), "evening": (17, 20)}
+WORK_DAY = (9, 18)
+
+
+@dataclass(frozen=True)
+class Contact:
+    """One of the caller's contacts."""
+
+    name: str
+    email: str
+
+
+@dataclass(frozen=True)
+class Explained:
+    """Which words gave which entity."""
+
+    entity: str
+    value: Any
+    words: str
+
+
+@dataclass(frozen=True)
+class Need:
+    """What is still missing or unsure, with the question to ask."""
+
+    entity: str
+    question: str
+    options: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Understanding:
+    """What Intake made of a message."""
+
+    intent: str | None
+    confidence: float
+    candidates: list[tuple[str, float]]
+    entities: dict[str, Any]
+    explained: list[Explained]
+    needs: list[Need]
+    #: when no intent fits: what this registry can do (titles)
+    can_do: list[str] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        """An intent, and nothing required missing."""
+        return self.intent is not None and not self.needs
+
+
+def _tokens(text: str) -> list[str]:
+    return [w.rstrip(".") for w in _WORD.findall(text.lower()) if w not in _STOP]
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "es", "s"):
+        if len(word) > 4 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+class Intake:
+    """Understands chat text against one registry (build once; ``understand`` per message)."""
+
+    def __init__(
+        self, registry: Registry, *, threshold: float = 0.5, min_score: float = 1.0
+    ) -> None:
+        self.registry = registry
+        self.threshold = threshold
+        #: below this BM25 score nothing in the registry matches: answer with what it can do
+        self.min_score = min_score
+        self.names = sorted(registry.intents)
+        docs = []
+        for name in self.names:
+            spec = registry.intents[name]
+            # the name and title say what the intent is: they count three times
+            head = f"{name.replace('_', ' ')} {spec.title} "
+            text = " ".join([head * 3, spec.description, *spec.examples])
+            docs.append([_stem(t) for t in _tokens(text)])
+        self.vocabulary = sorted({t for d in docs for t in d})
+        self.bm25 = BM25Okapi(docs)
+
+    # ---- which intent ---------------------------------------------------------------------------
+    def rank(self, text: str) -> list[tuple[str, float]]:
+        """Intents by score (best first) and the top one's share of the scores (confidence)."""
+        words = []
+        for t in _tokens(text):
+            s = _stem(t)
+            if s not in self.vocabulary and len(s) > 3 and "@" not in s:
+                close = difflib.get_close_matches(s, self.vocabulary, n=1, cutoff=0.8)
+                s = close[0] if close else s
+            words.append(s)
+        scores = self.bm25.get_scores(words)
+        return sorted(
+            ((n, float(sc)) for n, sc in zip(self.names, scores, strict=True)),
+            key=lambda x: -x[1],
+        )
+
+    def understand(
+        self,
+        text: str,
+        *,
+        received_at: datetime,
+        tz: str = "UTC",
+        contacts: Sequence[Contact] = (),
+        intent: str | None = None,
+        known: Mapping[str, Any] | None = None,
+    ) -> Understanding:
+        """Read one message (``intent`` and ``known`` carry what earlier turns settled)."""
+        ranked = self.rank(text)
+        top = ranked[0][1] if ranked else 0.0
+        total = sum(max(s, 0.0) for _, s in ranked) or 1.0
+        confidence = max(top, 0.0) / total
+        if intent is None:
+            if top < self.min_score:
+                return Understanding(
+                    None, 0.0, ranked, {}, [], [],
+                    can_do=[self.registry.intents[n].title for n in self.names],
+                )  # fmt: skip
+            if confidence < self.threshold:
+                close = [n for n, s in ranked[:3] if s >= top * 0.6]
+                return Understanding(
+                    None,
+                    confidence,
+                    ranked,
+                    {},
+                    [],
+                    [
+                        Need(
+                            "intent",
+                            "Which did you mean: "
+                            + "; ".join(self.registry.intents[n].title for n in close)
+                            + "?",
+                            options=close,
+                        )
+                    ],
+                )
+            intent = ranked[0][0]
+        zone = ZoneInfo(tz)
+        local = received_at.astimezone(zone)
+        entities: dict[str, Any] = dict(known or {})
+        explained: list[Explained] = []
+        needs: list[Need] = []
+        spec = self.registry.intents[intent]
+        for ent in [*spec.required, *spec.optional]:
+            if ent.name in entities:
+                continue
+            got = _extract(ent.name, ent.type, text, local, contacts)
+            if isinstance(got, Need):
+                needs.append(got)
+            elif got is not None:
+                value, words = got
+                entities[ent.name] = value
+                explained.append(Explained(ent.name, value, words))
+        for ent in spec.required:
+            if ent.name not in entities and not any(n.entity == ent.name for n in needs):
+                needs.append(Need(ent.name, ent.question))
+        return Understanding(intent, confidence, ranked, entities, explained, needs)
+
+
+# ---- entities ------------------------------------------------------------------------------------
+Got = tuple[Any, str] | Need | None
+
+
+def _extract(name: str, kind: str, text: str, local: datetime, contacts: Sequence[Contact]) -> Got:
+    if kind == "list" and name == "participants":
+        return _people(text, contacts)
+    if kind == "list" and name == "consulates":
+        found = re.findall(r"\b(?:in|at)\s+([a-z]+)(?:\s+or\s+([a-z]+))?", text.lower())
+        places = [p for pair in found for p in pair if p and p not in _MONTHS]
+        return (places, " or ".join(places)) if places else None
+    if kind == "email":
+        m = re.search(r"\b(?:to|at)\s+(" + _EMAIL.pattern + ")", text)
+        return (m.group(1), m.group(0)) if m and name.startswith("notify") else None
+    if kind == "integer" and name == "duration_min":
+        return _duration(text)
+    if kind == "integer" and name == "quantity":
+        m = re.search(rf"\b{_BUY}\s+(\d+|" + "|".join(_NUMBERS) + r")\b", text.lower())
+        return (_number(m.group(1)), m.group(0)) if m else None
+    if kind == "string" and name == "max_price":
+        return _amount(text)
+    if kind == "string" and name == "title":
+        return _title(text)
+    if kind == "string" and name == "query":
+        m = re.search(
+            rf"\b{_BUY}\s+(?:\d+\s+|(?:a|an|one|two|three|four|five|some)\s+)?(.+?)"
+            r"(?:\s+(?:under|below|for|max|up to|at most|less than|and)\b|$)",
+            text,
+            re.I,
+        )
+        return (m.group(1).strip(" ."), m.group(0)) if m else None
+    if kind == "string" and name == "consulate":
+        m = re.search(r"\b(?:the\s+)?([A-Za-z]+)\s+consulate\b|\bin\s+([A-Z][a-z]+)\b", text)
+        if m:
+            city = (m.group(1) or m.group(2)).lower()
+            return (city, m.group(0))
+        return None
+    if kind == "datetime":
+        window = _window(text, local)
+        if window is None:
+            return None
+        (start, end), words = window
+        value = start if name in {"window_start", "date_from"} else end
+        return (format_utc(value), words)
+    return None
+
+
+def _number(word: str) -> int:
+    return int(word) if word.isdigit() else _NUMBERS[word.lower()]
+
+
+def _people(text: str, contacts: Sequence[Contact]) -> Got:
+    emails = list(dict.fromkeys(_EMAIL.findall(text)))
+    words = [f"{e}" for e in emails]
+    low = text.lower()
+    by_first: dict[str, list[Contact]] = {}
+    for c in contacts:
+        by_first.setdefault(c.name.split()[0].lower(), []).append(c)
+    for first, matches in by_first.items():
+        if not re.search(rf"\b{re.escape(first)}\b", low):
+            continue
+        full = [c for c in matches if c.name.lower() in low]
+        chosen = full or matches
+        if len(chosen) > 1:
+            return Need(
+                "participants",
+                f"Which {first.title()} do you mean: "
+                + " or ".join(f"{c.name} <{c.email}>" for c in chosen)
+                + "?",
+                options=[c.email for c in chosen],
+            )
+        if chosen[0].email not in emails:
+            emails.append(chosen[0].email)
+            words.append(chosen[0].name.split()[0] if not full else chosen[0].name)
+    return (emails, ", ".join(words)) if emails else None
+
+
+def _duration(text: str) -> Got:
+    low = text.lower()
+    m = re.search(r"\bhalf an hour\b", low)
+    if m:
+        return (30, m.group(0))
+    m = re.search(r"\b(\d+)\s*h(?:ours?)?\s*(\d+)\s*(?:m|min|minutes?)?\b", low)
+    if m:
+        return (int(m.group(1)) * 60 + int(m.group(2)), m.group(0))
+    m = re.search(r"\b(an|one|two|three|\d+(?:\.5)?)\s*(?:-\s*)?(hours?|h)\b", low)
+    if m:
+        n = m.group(1)
+        hours = float(n) if n[0].isdigit() else float(_NUMBERS[n])
+        return (int(hours * 60), m.group(0))
+    m = re.search(r"\b(\d+|" + "|".join(_NUMBERS) + r")\s*(?:-\s*)?(?:minutes?|mins?|m)\b", low)
+    if m:
+        return (_number(m.group(1)), m.group(0))
+    return None
+
+
+def _amount(text: str) -> Got:
+    m = re.search(
+        r"\b(?:under|below|max(?:imum)?|up to|at most|less than|for)\s*(?:€|eur\s*|\$)?\s*"
+        r"(\d+(?:[.,]\d{1,2})?)\s*(?:€|euros?|eur|dollars?|usd)?",
+        text,
+        re.I,
+    )
+    if not m:
+        return None
+    value = float(m.group(1).replace(",", "."))
+    return (f"{value:.2f}", m.group(0).strip())
+
+
+def _title(text: str) -> Got:
+    m = re.search(r"[\"“']([^\"”']{2,80})[\"”']", text)
+    if m:
+        return (m.group(1).strip(), m.group(0))
+    m = re.search(
+        r"\b(?:called|titled|named|about)\s+(.{2,60}?)(?:[.,;]|\s+(?:with|on|at|next|tomorrow|for)\b|$)",
+        text,
+        re.I,
+    )
+    if m:
+        return (m.group(1).strip(), m.group(0))
+    return None
+
+
+def _at(day: date, hour: int, zone: Any, minute: int = 0) -> datetime:
+    return datetime.combine(day, time(hour, minute), tzinfo=zone)
+
+
+def _window(text: str, local: datetime) -> tuple[tuple[datetime, datetime], str] | None:
+    """A window of time a phrase names, in the caller's zone (returned as aware datetimes)."""
+    low = text.lower()
+    zone = local.tzinfo
+    today = local.date()
+    part = next((p for p in _PARTS if re.search(rf"\b{p}\b", low)), None)
+    h1, h2 = _PARTS[part] if part else WORK_DAY
+    after = re.search(r"\bafter\s+(\d{1,2})(?::(\d{2}))?\s*(am|pm)?", low)
+    if after:
+        hour = int(after.group(1))
+        if after.group(3) == "pm" or (after.group(3) is None and hour < 8):
+            hour += 12
+        h1 = min(hour, h2 - 1)
+
+    def span(first: date, last: date, words: str) -> tuple[tuple[datetime, datetime], str]:
+        start = _at(first, h1, zone)
+        if first == today and start < local:
+            start = local.replace(second=0, microsecond=0)
+        return (start, _at(last, h2, zone)), words
+
+    m = re.search(r"\bwithin\s+(?:the\s+next\s+)?(\w+)\s+(days?|weeks?)\b", low)
+    if m:
+        n = _number(m.group(1)) if m.group(1) in _NUMBERS or m.group(1).isdigit() else 1
+        days = n * (7 if m.group(2).startswith("week") else 1)
+        return span(today, today + timedelta(days=days), m.group(0))
+    if re.search(r"\btomorrow\b", low):
+        d = today + timedelta(days=1)
+        return span(
+            d,
+            d,
+            "tomorrow" + (f" {part}" if part else "") + (f" {after.group(0)}" if after else ""),
+        )
+    if re.search(r"\btoday\b", low):
+        return span(today, today, "today")
+    m = re.search(r"\bnext week\b", low)
+    if m:
+        monday = today + timedelta(days=7 - today.weekday())
+        return span(monday, monday + timedelta(days=4), m.group(0))
+    m = re.search(r"\bthis week\b", low)
+    if m:
+        friday = today + timedelta(days=max(0, 4 - today.weekday()))
+        return span(today, friday, m.group(0))
+    m = re.search(r"\b(next|this|on)?\s*(" + "|".join(_WEEKDAYS) + r")\b", low)
+    if m:
+        wd = _WEEKDAYS.index(m.group(2))
+        ahead = (wd - today.weekday()) % 7 or 7
+        if m.group(1) == "next" and ahead < 7 and today.weekday() < wd:
+            ahead += 7
+        d = today + timedelta(days=ahead)
+        return span(d, d, m.group(0).strip() + (f" {part}" if part else ""))
+    m = re.search(r"\bin\s+(" + "|".join(_MONTHS) + r")\b", low)
+    if m:
+        month = _MONTHS.index(m.group(1)) + 1
+        year = today.year + (1 if month < today.month else 0)
+        first = date(year, month, 1)
+        last = (date(year + (month == 12), month % 12 + 1, 1)) - timedelta(days=1)
+        first = max(today, first)
+        return span(first, last, m.group(0))
+    return None
+
+
+def tokens(text: str) -> Iterable[str]:
+    """The words Intake reads (for explanations and tests)."""
+    return _tokens(text)

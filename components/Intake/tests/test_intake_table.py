@@ -1,0 +1,261 @@
+"""Intake on a table of sentences against the repository's registry: which intent, which entities
+(with the words that gave them), which questions remain — including misspellings, other
+phrasings, relative dates across a month end and a DST change, a name that matches two contacts,
+and sentences that match no intent."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from countersign.intake import Contact, Intake
+from countersign.registry import Registry
+
+CONTACTS = [
+    Contact("Alice Martin", "alice@example.com"),
+    Contact("Bob Chen", "bob@example.com"),
+    Contact("Carol Diaz", "carol@example.com"),
+    Contact("Carol Young", "carol.young@example.com"),
+    Contact("Dave Okafor", "dave@example.com"),
+]
+#: Tuesday 24 Nov 2026, 10:15 UTC
+NOW = datetime(2026, 11, 24, 10, 15, tzinfo=UTC)
+
+MEETING = {"schedule_meeting", "find_meeting_time"}
+
+# (text, intent or set of acceptable intents or None, expected entities (subset), expected needs)
+ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
+    (
+        "schedule a 30 minute meeting with alice@example.com and bob@example.com tomorrow afternoon called Sync",
+        "schedule_meeting",
+        {
+            "participants": ["alice@example.com", "bob@example.com"],
+            "duration_min": 30,
+            "window_start": "2026-11-25T13:00:00.000Z",
+            "window_end": "2026-11-25T18:00:00.000Z",
+            "title": "Sync",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with Alice and Bob next week for half an hour about budget",
+        "schedule_meeting",
+        {
+            "participants": ["alice@example.com", "bob@example.com"],
+            "duration_min": 30,
+            "window_start": "2026-11-30T09:00:00.000Z",
+            "window_end": "2026-12-04T18:00:00.000Z",
+            "title": "budget",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with Alice tomorrow",
+        "schedule_meeting",
+        {"participants": ["alice@example.com"]},
+        {"duration_min", "title"},
+    ),
+    (
+        "shedule a meetnig with bob for 45 minutes on friday titled 'Review'",
+        "schedule_meeting",
+        {
+            "participants": ["bob@example.com"],
+            "duration_min": 45,
+            "title": "Review",
+            "window_start": "2026-11-27T09:00:00.000Z",
+        },
+        set(),
+    ),
+    (
+        "schedule a 1h15 meeting with dave next tuesday afternoon called Plan",
+        "schedule_meeting",
+        {
+            "duration_min": 75,
+            "window_start": "2026-12-01T13:00:00.000Z",
+            "window_end": "2026-12-01T18:00:00.000Z",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with carol tomorrow after 3 for an hour called Sync",
+        "schedule_meeting",
+        {},
+        {"participants"},
+    ),
+    (
+        "schedule a meeting with Carol Diaz tomorrow after 3 for an hour called Sync",
+        "schedule_meeting",
+        {
+            "participants": ["carol@example.com"],
+            "duration_min": 60,
+            "window_start": "2026-11-25T15:00:00.000Z",
+        },
+        set(),
+    ),
+    (
+        "schedule a two hour meeting with alice within two weeks called Offsite",
+        "schedule_meeting",
+        {
+            "duration_min": 120,
+            "window_start": "2026-11-24T10:15:00.000Z",
+            "window_end": "2026-12-08T18:00:00.000Z",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with alice on monday morning called Standup for 15 minutes",
+        "schedule_meeting",
+        {
+            "window_start": "2026-11-30T09:00:00.000Z",
+            "window_end": "2026-11-30T12:00:00.000Z",
+            "duration_min": 15,
+        },
+        set(),
+    ),
+    (
+        "find a time with alice and bob",
+        MEETING,
+        {"participants": ["alice@example.com", "bob@example.com"]},
+        {"duration_min"},
+    ),
+    (
+        "buy 2 usb-c cables under 15 euros",
+        "purchase_item",
+        {"quantity": 2, "query": "usb-c cables", "max_price": "15.00"},
+        set(),
+    ),
+    (
+        "buy 3 notebooks for €7.50",
+        "purchase_item",
+        {"quantity": 3, "query": "notebooks", "max_price": "7.50"},
+        set(),
+    ),
+    ("buy a desk lamp", "purchase_item", {"query": "desk lamp", "quantity": 1}, {"max_price"}),
+    (
+        "purchse two hdmi cables below 20 eur and send the receipt to dave@example.com",
+        "purchase_item",
+        {"quantity": 2, "max_price": "20.00", "notify_to": "dave@example.com"},
+        set(),
+    ),
+    (
+        "watch the lisbon consulate for a visa slot in march",
+        "watch_visa_slots",
+        {
+            "consulate": "lisbon",
+            "date_from": "2027-03-01T09:00:00.000Z",
+            "date_to": "2027-03-31T18:00:00.000Z",
+        },
+        set(),
+    ),
+    (
+        "watch for a visa appointment in Porto next week",
+        "watch_visa_slots",
+        {"consulate": "porto"},
+        set(),
+    ),
+    (
+        "book the first visa slot in lisbon or porto in march",
+        "book_visa_slot",
+        {"consulates": ["lisbon", "porto"], "date_from": "2027-03-01T09:00:00.000Z"},
+        set(),
+    ),
+    ("what's the weather like", None, {}, set()),
+    ("tell me a joke", None, {}, set()),
+]
+
+
+@pytest.fixture(scope="module")
+def intake(registry: Registry) -> Intake:
+    return Intake(registry)
+
+
+@pytest.mark.parametrize(
+    ("text", "intent", "entities", "needs"), ROWS, ids=[r[0][:40] for r in ROWS]
+)
+def test_table(
+    intake: Intake, text: str, intent: Any, entities: dict[str, Any], needs: set[str]
+) -> None:
+    u = intake.understand(text, received_at=NOW, contacts=CONTACTS)
+    if intent is None:
+        assert u.intent is None and u.can_do, (u.intent, u.candidates[:2])
+        return
+    if isinstance(intent, set) and u.intent is None:  # two close intents: it asks which one
+        assert {n.entity for n in u.needs} == {"intent"} and set(u.needs[0].options) <= intent
+        return
+    assert u.intent in (intent if isinstance(intent, set) else {intent}), (
+        u.intent,
+        u.candidates[:3],
+    )
+    for key, value in entities.items():
+        assert u.entities.get(key) == value, (key, u.entities)
+    assert needs <= {n.entity for n in u.needs}, u.needs
+    if not needs:
+        assert u.ready, u.needs
+    for e in u.explained:  # every entity says which words gave it
+        assert e.words, e
+
+
+def test_an_ambiguous_name_asks_with_both_people(intake: Intake) -> None:
+    u = intake.understand(
+        "schedule a meeting with carol tomorrow called X for 30 minutes",
+        received_at=NOW,
+        contacts=CONTACTS,
+    )
+    need = next(n for n in u.needs if n.entity == "participants")
+    assert set(need.options) == {"carol@example.com", "carol.young@example.com"}
+    assert "Carol Diaz" in need.question and "Carol Young" in need.question
+
+
+def test_month_end_and_dst_are_resolved_in_the_callers_zone(intake: Intake) -> None:
+    # Friday 30 Oct 2026 in Berlin: Monday 2 Nov is after the switch from CEST to CET
+    friday = datetime(2026, 10, 30, 9, 0, tzinfo=UTC)
+    u = intake.understand(
+        "schedule a meeting with alice next week called Sync for 30 minutes",
+        received_at=friday,
+        tz="Europe/Berlin",
+        contacts=CONTACTS,
+    )
+    assert u.entities["window_start"] == "2026-11-02T08:00:00.000Z"  # 09:00 CET
+    assert u.entities["window_end"] == "2026-11-06T17:00:00.000Z"  # 18:00 CET
+    # tomorrow across a month end, the day before the switch: 18:00 CEST is 16:00 UTC
+    u = intake.understand(
+        "schedule a meeting with bob tomorrow called Sync for 30 minutes",
+        received_at=datetime(2026, 10, 24, 12, 0, tzinfo=UTC),
+        tz="Europe/Berlin",
+        contacts=CONTACTS,
+    )
+    assert u.entities["window_end"] == "2026-10-25T17:00:00.000Z"  # 18:00 CET (DST ended at 03:00)
+
+
+def test_known_entities_carry_over_between_turns(intake: Intake) -> None:
+    first = intake.understand(
+        "schedule a meeting with alice tomorrow", received_at=NOW, contacts=CONTACTS
+    )
+    assert {n.entity for n in first.needs} == {"duration_min", "title"}
+    second = intake.understand(
+        "30 minutes, called Sync",
+        received_at=NOW,
+        contacts=CONTACTS,
+        intent=first.intent,
+        known=first.entities,
+    )
+    assert (
+        second.ready
+        and second.entities["duration_min"] == 30
+        and second.entities["title"] == "Sync"
+    )
+
+
+def test_intake_is_fast(intake: Intake) -> None:
+    text = ROWS[0][0]
+    intake.understand(text, received_at=NOW, contacts=CONTACTS)
+    samples = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        intake.understand(text, received_at=NOW, contacts=CONTACTS)
+        samples.append(time.perf_counter() - t0)
+    samples.sort()
+    assert samples[int(len(samples) * 0.95)] < 0.05  # generous here; bench has the real figure
