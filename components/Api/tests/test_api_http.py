@@ -108,7 +108,12 @@ def test_no_credentials_are_401_problems(api: Api) -> None:
 
 def test_bad_bodies_are_named(api: Api) -> None:
     with api.client() as c:
-        _problem(c.post("/v1/intents", json={"text": "meet bob"}), 422, "text_not_supported")
+        _problem(
+            c.post("/v1/intents", json={"text": "meet bob", "intent": {}}),
+            422,
+            "text_not_supported",
+        )
+        _problem(c.post("/v1/intents", json={}), 422, "text_not_supported")
         _problem(c.post("/v1/intents", json={"intnet": {}}), 422, "invalid_request")
         body = _problem(
             c.post(
@@ -377,3 +382,35 @@ def test_login_link_sets_a_session_and_writes_need_csrf(api: Api) -> None:
             401,
             "unauthenticated",
         )
+
+
+def test_chat_text_asks_then_plans(api: Api) -> None:
+    with api.client() as alice, api.client(BOB) as bob:
+        first = alice.post(
+            "/v1/intents",
+            json={"text": "schedule a meeting with Alice and Bob tomorrow afternoon"},
+        )
+        assert first.status_code == 200, first.text
+        reply = first.json()
+        cid = reply["conversation_id"]
+        assert reply["intent"] == "schedule_meeting"
+        assert {n["entity"] for n in reply["needs"]} == {"duration_min", "title"}
+        assert {e["entity"]: e["words"] for e in reply["explained"]}["participants"] == "Alice, Bob"
+        second = alice.post(
+            "/v1/intents", json={"text": "30 minutes, called Sync", "conversation_id": cid}
+        )
+        assert second.status_code == 201, second.text
+        plan = second.json()
+        assert plan["gates"] == ["gate-A"] and plan["preview"]["can_execute"], plan
+        assert plan["plan"]["intent"]["entities"]["title"] == "Sync"
+        shown = alice.get(f"/v1/conversations/{cid}").json()
+        assert [t["role"] for t in shown["turns"]] == ["person", "assistant"] * 2
+        assert shown["plan_id"] == plan["plan_id"]
+        _problem(bob.get(f"/v1/conversations/{cid}"), 404, "conversation_not_found")
+        _problem(
+            bob.post("/v1/intents", json={"text": "hi", "conversation_id": cid}),
+            404,
+            "conversation_not_found",
+        )
+        nothing = alice.post("/v1/intents", json={"text": "tell me a joke"}).json()
+        assert nothing["can_do"] and nothing["intent"] is None

@@ -337,42 +337,90 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         responses={200: {"description": "more input is needed: {needs, intent}"}},
     )
     async def post_intent(body: IntentRequest, who: Caller) -> Response:
-        """Plan a structured intent, sign and store it, and preview it (read-only)."""
-        if body.text is not None or body.intent is None:
+        """Plan a structured intent (``{"intent": {...}}``), sign and store it, and preview it
+        (read-only); or understand chat text (``{"text": ..., "conversation_id"?}``): a plan when
+        the text says enough, else the questions still open, or what this service can do."""
+        if body.text is not None:
+            if body.intent is not None:
+                raise TextNotSupportedError("send either text or a structured intent, not both")
+            return await converse(body.text, who.user_id, body.conversation_id)
+        if body.intent is None:
             raise TextNotSupportedError(
-                'send a structured intent as {"intent": {...}}; chat text ({"text": ...}) '
-                "is not understood yet"
+                'send a structured intent as {"intent": {...}} or chat text as {"text": ...}'
             )
-        intent = service.intent_from(body.intent, who.user_id)
+        status, out, engine_ms = await propose(body.intent, who.user_id)
+        return _json_response(
+            out,
+            status=status,
+            # the engines' share of this request (plan, sign, store, preview), for clients and
+            # the benchmark that measures what the API adds around them
+            headers={"Server-Timing": f"engine;dur={engine_ms:.2f}"},
+        )
+
+    async def propose(
+        intent_body: dict[str, Any], user_id: str
+    ) -> tuple[int, dict[str, Any], float]:
+        intent = service.intent_from(intent_body, user_id)
         started = time.perf_counter()
-        out = await asyncio.to_thread(service.plan, intent, who.user_id)
+        out = await asyncio.to_thread(service.plan, intent, user_id)
         if isinstance(out, Needs):
-            return _json_response({"needs": [n.to_json() for n in out.needs], "intent": out.intent})
+            needs = {"needs": [n.to_json() for n in out.needs], "intent": out.intent}
+            return 200, needs, (time.perf_counter() - started) * 1000
         plan_id = out["plan"]["plan_id"]
         preview: dict[str, Any] | None = None
         preview_error: dict[str, Any] | None = None
         start = time.perf_counter()
         try:
-            preview = await service.preview(plan_id, who.user_id)
+            preview = await service.preview(plan_id, user_id)
         except CountersignError as e:
             status = status_for(e)
             preview_error = problem(status, e.code, type(e).__doc__ or e.code, e.message)
         engine_latency.labels("preview").observe(time.perf_counter() - start)
-        engine_ms = (time.perf_counter() - started) * 1000
         gates = sorted({s["gate_id"] for s in out["plan"]["graph"] if s.get("gate_id")})
-        return _json_response(
-            {
-                "plan_id": plan_id,
-                **out,
-                "preview": preview,
-                "preview_error": preview_error,
-                "gates": gates,
-            },
-            status=201,
-            # the engines' share of this request (plan, sign, store, preview), for clients and
-            # the benchmark that measures what the API adds around them
-            headers={"Server-Timing": f"engine;dur={engine_ms:.2f}"},
-        )
+        body = {
+            "plan_id": plan_id,
+            **out,
+            "preview": preview,
+            "preview_error": preview_error,
+            "gates": gates,
+        }
+        return 201, body, (time.perf_counter() - started) * 1000
+
+    async def converse(text: str, user_id: str, conversation_id: str | None) -> Response:
+        conv = await asyncio.to_thread(service.conversations.open, conversation_id, user_id)
+        u = service.understand(text, conv)
+        reply: dict[str, Any] = {
+            "conversation_id": conv.conversation_id,
+            "intent": u.intent,
+            "confidence": round(u.confidence, 3),
+            "entities": u.entities,
+            "explained": [
+                {"entity": e.entity, "value": e.value, "words": e.words} for e in u.explained
+            ],
+        }
+        status = 200
+        if u.intent is None and not u.needs:
+            reply["can_do"] = u.can_do
+            summary = "I can: " + "; ".join(u.can_do)
+        elif not u.ready:
+            reply["needs"] = [
+                {"entity": n.entity, "question": n.question, "options": n.options} for n in u.needs
+            ]
+            summary = " ".join(n.question for n in u.needs)
+            conv.intent, conv.entities = u.intent, dict(u.entities)
+        else:
+            status, out, _ = await propose({"intent": u.intent, "entities": u.entities}, user_id)
+            reply |= out
+            conv.intent, conv.entities = None, {}  # the next message starts a new request
+            conv.plan_id = out.get("plan_id")
+            summary = f"Here is the plan {conv.plan_id}." if conv.plan_id else "More is needed."
+        await asyncio.to_thread(service.conversations.record, conv, text, reply, summary=summary)
+        return _json_response(reply, status=status)
+
+    @app.get("/v1/conversations/{conversation_id}", tags=["plans"])
+    def get_conversation(conversation_id: str, who: Caller) -> dict[str, Any]:
+        """A conversation: its turns and what it has settled so far."""
+        return service.conversations.show(conversation_id, who.user_id)
 
     @app.get("/v1/plans", tags=["plans"])
     def list_plans(

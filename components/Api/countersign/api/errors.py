@@ -9,6 +9,7 @@ __all__ = [
     "ApiError",
     "AuthError",
     "BadCursorError",
+    "ConversationNotFoundError",
     "DurableUpdateError",
     "PlanCancelledError",
     "PlanNotFoundError",
@@ -63,6 +64,12 @@ class DurableUpdateError(ApiError):
     decided, no Temporal client)."""
 
     code = "durable_update_refused"
+
+
+class ConversationNotFoundError(ApiError):
+    """No such conversation for this caller (another user's is reported the same way)."""
+
+    code = "conversation_not_found"
 
 
 class PlanCancelledError(ApiError):

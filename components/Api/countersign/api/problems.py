@@ -32,6 +32,7 @@ from countersign.storage.errors import StorageConstraintError
 from .errors import (
     AdminOnlyError,
     AuthError,
+    ConversationNotFoundError,
     DurableUpdateError,
     PlanCancelledError,
     PlanNotFoundError,
@@ -48,6 +49,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (AdminOnlyError, 403),
     (RateLimitedError, 429),
     (PlanNotFoundError, 404),
+    (ConversationNotFoundError, 404),
     (RegistryItemNotFoundError, 404),
     (InputError, 422),
     (PlanningError, 422),

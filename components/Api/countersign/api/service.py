@@ -26,6 +26,7 @@ from countersign.durable import (
     durable_starter,
 )
 from countersign.execute import ExecuteReport, Executor
+from countersign.intake import Contact, Intake, Understanding
 from countersign.kernel import (
     InputError,
     Intent,
@@ -38,11 +39,13 @@ from countersign.kernel import (
 from countersign.planner import make_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
+from countersign.sandbox import DEMO_PEOPLE
 from countersign.signer import KeyRing, sign_plan, verify_signed_plan
 from countersign.steps import StepTransport, StoreRecorder, check_current
 from countersign.storage import Database, PlanStore, stored_document
 from countersign.workflowbuilder import CredentialRef
 
+from .conversations import Conversation, ConversationStore
 from .core import PlanState, decode_cursor, encode_cursor, fold_events
 from .errors import (
     DurableUpdateError,
@@ -72,6 +75,12 @@ class PlanService:
     signer_name: str = "planner@system"
     #: hot single-statement reads (plan views, events) on the read pool when given
     reads: Reads | None = None
+    #: the people chat text may name (the sandbox's demo people by default)
+    contacts: list[Contact] = field(
+        default_factory=lambda: [Contact(e.split("@")[0].title(), e) for e in DEMO_PEOPLE]
+    )
+    #: the time zone chat text is read in
+    tz: str = "UTC"
     #: the Temporal client durable plans run on (``use_temporal``)
     temporal: Client | None = None
 
@@ -81,6 +90,8 @@ class PlanService:
         self.recorder = StoreRecorder(self.db, clock=self.clock)
         self.approvals = Approvals(self.db, clock=self.clock, audit=self.audit)
         self.events = EventLog(self.db, self.reads)
+        self.conversations = ConversationStore(self.db, clock=self.clock)
+        self.intake = Intake(self.registry)
         self.executor = Executor(
             keys=self.keyring,
             registry=self.registry,
@@ -131,11 +142,25 @@ class PlanService:
         another version are refused: ``registry_changed``)."""
         self.registry = registry
         self.executor.registry = registry
+        self.intake = Intake(registry)
 
     def use_credentials(self, credentials: Mapping[str, CredentialRef]) -> None:
         """The n8n credentials generated nodes use (the API learns them when n8n is up)."""
         self.credentials = dict(credentials)
         self.executor.credentials = self.credentials
+
+    def understand(self, text: str, conv: Conversation) -> Understanding:
+        """Read one chat message in its conversation (what earlier turns settled carries over;
+        while no intent is settled, every message of the conversation is read together)."""
+        said = text if conv.intent else " ".join([*conv.person_texts, text])
+        return self.intake.understand(
+            said,
+            received_at=self.clock(),
+            tz=self.tz,
+            contacts=self.contacts,
+            intent=conv.intent,
+            known=conv.entities,
+        )
 
     # ---- intents -------------------------------------------------------------------------------
     def intent_from(self, body: Mapping[str, Any], user_id: str) -> Intent:
