@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import pkgutil
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from countersign.durable.worker import connect
 from countersign.kernel import CountersignError
+from countersign.kernel.process import ServiceError
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = [
@@ -55,3 +60,9 @@ def test_global_spec_draws_the_whole_tree() -> None:
         if c.code not in listed or c.__name__ not in listed
     )
     assert missing == [], f"GLOBAL_SPEC §11 does not list: {missing}"
+
+
+def test_temporal_unreachable_is_a_service_error() -> None:
+    """The Temporal client's own ``RuntimeError`` never reaches a caller."""
+    with pytest.raises(ServiceError, match=r"cannot reach Temporal at 127\.0\.0\.1:1 "):
+        asyncio.run(connect("127.0.0.1:1"))

@@ -24,6 +24,9 @@ from temporalio.service import TLSConfig
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from countersign.kernel import InputError
+from countersign.kernel.process import ServiceError
+
 from .activities import DurableActivities
 from .models import PlanInput, WatchInput
 from .plan_workflow import PlanExecutionWorkflow
@@ -219,13 +222,28 @@ async def connect(
     tls_key: Path | None = None,
 ) -> Client:
     """A client with the pydantic data converter; mTLS when a client certificate and key are given
-    (a Temporal cluster or Temporal Cloud), plain otherwise (the embedded dev server)."""
+    (a Temporal cluster or Temporal Cloud), plain otherwise (the embedded dev server).
+
+    Raises:
+        InputError: a TLS file cannot be read (names it).
+        ServiceError: Temporal cannot be reached at ``address`` (names address and namespace).
+    """
     tls: TLSConfig | bool = False
     if tls_cert is not None and tls_key is not None:
-        tls = TLSConfig(client_cert=tls_cert.read_bytes(), client_private_key=tls_key.read_bytes())
-    return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter, tls=tls
-    )
+        try:
+            cert, key = tls_cert.read_bytes(), tls_key.read_bytes()
+        except OSError as e:
+            raise InputError(f"cannot read the Temporal TLS file {e.filename}: {e.strerror}") from e
+        tls = TLSConfig(client_cert=cert, client_private_key=key)
+    try:
+        return await Client.connect(
+            address, namespace=namespace, data_converter=pydantic_data_converter, tls=tls
+        )
+    except RuntimeError as e:  # temporalio: "Failed client connect: ..."
+        raise ServiceError(
+            f"cannot reach Temporal at {address} (namespace {namespace!r}): {e}; "
+            "is `countersign temporal up` running, or COUNTERSIGN_TEMPORAL_ADDRESS right?"
+        ) from e
 
 
 def make_worker(

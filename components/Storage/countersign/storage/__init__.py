@@ -8,6 +8,7 @@ from .errors import (
     OutcomeUnknownError,
     PlanConflictError,
     SchemaTooNewError,
+    StorageConstraintError,
     StorageError,
     StorageInputError,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "PlanConflictError",
     "PlanStore",
     "SchemaTooNewError",
+    "StorageConstraintError",
     "StorageError",
     "StorageInputError",
     "alembic_config",
