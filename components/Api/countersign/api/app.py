@@ -17,11 +17,13 @@ from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from sqlalchemy import text
@@ -178,6 +180,32 @@ class _Measure:
             self.histogram.labels(scope["method"], route, str(status[0])).observe(
                 time.perf_counter() - start
             )
+
+
+STATIC = Path(__file__).parent / "static"
+_CHAT = """
+<section aria-label="conversation"><div id="log" aria-live="polite"></div>
+<form id="say" autocomplete="off"><label for="text" class="meta">Message</label>
+<input id="text" name="text" placeholder="find 30 minutes with Alice and Bob next week" required>
+<button type="submit">Send</button></form></section>
+<section aria-label="your plans"><h2>Your plans</h2><ul id="plans"></ul></section>
+"""
+
+
+def _page(
+    body: str, *, who: str | None = None, plan_id: str | None = None, status: int = 200
+) -> Response:
+    user = f"<span class='meta'>signed in as {html.escape(who)}</span>" if who else ""
+    data = f" data-plan='{html.escape(plan_id)}'" if plan_id else ""
+    script = "<script src='/static/chat.js' defer></script>" if who else ""
+    page = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        "<title>Countersign</title><link rel='stylesheet' href='/static/chat.css'>"
+        f"{script}</head><body{data}><header><h1>Countersign</h1>{user}</header>"
+        f"<main>{body}</main></body></html>"
+    )
+    return Response(page, status_code=status, media_type="text/html; charset=utf-8")
 
 
 def _json_response(
@@ -545,27 +573,35 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         response.set_cookie(CSRF_COOKIE, csrf, httponly=False, samesite="strict", path="/")
         return response
 
-    @app.get("/", include_in_schema=False)
-    def home(request: Request) -> Response:
-        """Where the login link lands: who is signed in, and where to go from here."""
-        who: str | None = None
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    def signed_in(request: Request) -> str | None:
         session = request.cookies.get(SESSION_COOKIE)
         if session:
             with contextlib.suppress(AuthError):
-                who = users.by_session(session).user_id
-        body = (
-            f"<p>Signed in as <strong>{html.escape(who)}</strong>.</p>"
-            if who
-            else "<p>Not signed in: open the login link <code>countersign up</code> printed "
-            "(or run <code>countersign login-link</code>).</p>"
-        )
-        page = (
-            "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width'><title>Countersign</title></head>"
-            f"<body><main><h1>Countersign</h1>{body}<p>The API: <a href='/docs'>/docs</a> "
-            "(OpenAPI at <a href='/openapi.json'>/openapi.json</a>).</p></main></body></html>"
-        )
-        return Response(page, media_type="text/html; charset=utf-8")
+                return users.by_session(session).user_id
+        return None
+
+    @app.get("/", include_in_schema=False)
+    def home(request: Request) -> Response:
+        """The chat page for a signed-in person; otherwise how to sign in."""
+        who = signed_in(request)
+        if who is None:
+            return _page(
+                "<p>Not signed in: open the login link <code>countersign up</code> printed "
+                "(or run <code>countersign login-link</code>).</p>"
+                "<p>The API: <a href='/docs'>/docs</a>.</p>"
+            )
+        return _page(_CHAT, who=who)
+
+    @app.get("/plans/{plan_id}", include_in_schema=False)
+    def card_page(plan_id: str, request: Request) -> Response:
+        """One plan's card at its own URL (the owner's only: another's is not found)."""
+        who = signed_in(request)
+        if who is None:
+            return _page("<p>Not signed in.</p>", status=401)
+        service.document(plan_id, who)  # 404 problem for another user's plan
+        return _page(_CHAT, who=who, plan_id=plan_id)
 
     @app.get("/v1/me", tags=["service"])
     def me(who: Caller) -> dict[str, Any]:

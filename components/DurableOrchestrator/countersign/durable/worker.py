@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -235,15 +236,23 @@ async def connect(
         except OSError as e:
             raise InputError(f"cannot read the Temporal TLS file {e.filename}: {e.strerror}") from e
         tls = TLSConfig(client_cert=cert, client_private_key=key)
-    try:
-        return await Client.connect(
-            address, namespace=namespace, data_converter=pydantic_data_converter, tls=tls
-        )
-    except RuntimeError as e:  # temporalio: "Failed client connect: ..."
-        raise ServiceError(
-            f"cannot reach Temporal at {address} (namespace {namespace!r}): {e}; "
-            "is `countersign temporal up` running, or COUNTERSIGN_TEMPORAL_ADDRESS right?"
-        ) from e
+    # a dev server that has just opened its port may answer "Frontend is not healthy yet" for a
+    # moment: that one answer is waited out (a few seconds), any other failure is reported
+    for attempt in range(40):
+        try:
+            return await Client.connect(
+                address, namespace=namespace, data_converter=pydantic_data_converter, tls=tls
+            )
+        except RuntimeError as e:  # temporalio: "Failed client connect: ..."
+            if "not healthy yet" in str(e) and attempt < 39:
+                await asyncio.sleep(0.25)
+                continue
+            failure = e
+            break
+    raise ServiceError(
+        f"cannot reach Temporal at {address} (namespace {namespace!r}): {failure}; "
+        "is `countersign temporal up` running, or COUNTERSIGN_TEMPORAL_ADDRESS right?"
+    ) from failure
 
 
 def make_worker(

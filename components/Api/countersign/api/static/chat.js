@@ -1,0 +1,215 @@
+// Countersign chat page: talk to POST /v1/intents, show each plan as a preview card, approve or
+// reject its gates, follow its event stream. Plain JavaScript, served by the app; no build step.
+"use strict";
+
+const csrf = () => (document.cookie.match(/(?:^|; )cs_csrf=([^;]*)/) || [])[1] || "";
+let conversation = null;
+
+async function api(method, path, body) {
+  const r = await fetch(path, {
+    method,
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf() },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(data.detail || data.title || `HTTP ${r.status}`);
+  return data;
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+function say(role, ...content) {
+  const log = document.getElementById("log");
+  const m = el("div", { class: `msg ${role}`, role: "article" }, ...content);
+  log.append(m);
+  m.scrollIntoView({ block: "end" });
+  return m;
+}
+
+function levels(graph) {
+  const level = {};
+  for (const s of graph) level[s.step] = 1 + Math.max(0, ...s.after.map((a) => level[a] || 0));
+  const rows = {};
+  for (const s of graph) (rows[level[s.step]] ||= []).push(s);
+  return Object.keys(rows).sort((a, b) => a - b).map((k) => rows[k]);
+}
+
+function shown(value) {
+  if (value && typeof value === "object" && "$ref" in value) return "(your choice)";
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function card(doc, preview) {
+  const plan = doc.plan;
+  const box = el("section", { class: "card", "aria-label": `plan ${plan.plan_id}`, "data-plan": plan.plan_id });
+  box.append(
+    el("h2", {}, plan.intent.intent.replaceAll("_", " ")),
+    el("p", { class: "meta" },
+      `plan ${plan.plan_id} · hash ${doc.plan_hash.slice(0, 12)}… · signed by key ${doc.signature.pubkey_id} · `,
+      el("a", { href: `/plans/${plan.plan_id}` }, "open this card")),
+  );
+  const dag = el("div", { class: "dag", "aria-label": "steps, in the order they can run" });
+  for (const row of levels(plan.graph)) {
+    dag.append(el("div", { class: "level" }, ...row.map((s) =>
+      el("span", { class: "step", id: `step-${plan.plan_id}-${s.step}`, "data-status": "pending" },
+        `${s.step}. ${s.role} · ${s.uses}.${s.call}${s.gate_id ? ` · ${s.gate_id}` : ""}`))));
+  }
+  box.append(dag);
+  const reads = (preview && preview.normalized && preview.normalized.steps) || {};
+  if (Object.keys(reads).length) {
+    box.append(el("h3", {}, "What was read"));
+    for (const [n, out] of Object.entries(reads)) box.append(el("pre", {}, `step ${n}: ${JSON.stringify(out)}`));
+  }
+  const writes = plan.graph.filter((s) => s.role === "Booker" || s.role === "Notifier");
+  if (writes.length) {
+    box.append(el("h3", {}, "What will be written"));
+    const ul = el("ul");
+    for (const s of writes) {
+      const args = Object.entries(s.args).map(([k, v]) => `${k}: ${shown(v)}`).join("; ");
+      ul.append(el("li", {}, `${s.uses}.${s.call} — ${args}`));
+    }
+    box.append(ul);
+  }
+  for (const g of plan.graph.filter((s) => s.gate_id)) box.append(gate(doc, g, reads));
+  const status = el("p", { class: "meta", role: "status", "aria-live": "polite", id: `status-${plan.plan_id}` });
+  box.append(status);
+  return box;
+}
+
+function choices(doc, reads) {
+  // a gate that picks one of the slots a read found (meeting), or one of the shortlisted items
+  const minutes = (doc.plan.intent.entities || {}).duration_min || 30;
+  for (const out of Object.values(reads)) {
+    if (out && Array.isArray(out.slots)) {
+      return out.slots.map((s) => {
+        const end = new Date(new Date(s.start).getTime() + minutes * 60000).toISOString();
+        return { label: `${s.start} → ${end}`, value: { start: s.start, end } };
+      });
+    }
+    if (out && Array.isArray(out.shortlist)) {
+      return out.shortlist.map((o) => ({ label: `${o.title || o.item} — ${o.price}`, value: { item: o.item } }));
+    }
+  }
+  return [];
+}
+
+function gate(doc, g, reads) {
+  const planId = doc.plan.plan_id;
+  const options = choices(doc, reads);
+  const fs = el("fieldset", { "aria-label": `gate ${g.gate_id}` }, el("legend", {}, `Approve ${g.gate_id}?`));
+  options.forEach((o, i) => {
+    const id = `choice-${planId}-${g.gate_id}-${i}`;
+    fs.append(el("div", {},
+      el("input", Object.assign({ type: "radio", name: `choice-${planId}-${g.gate_id}`, id, value: String(i) }, i === 0 ? { checked: "" } : {})),
+      el("label", { for: id }, o.label)));
+  });
+  const approve = el("button", { type: "button", onclick: async () => {
+    approve.disabled = reject.disabled = true;
+    const picked = fs.querySelector("input[type=radio]:checked");
+    const choice = picked ? options[Number(picked.value)].value : null;
+    try {
+      const tok = await api("POST", `/v1/plans/${planId}/gates/${g.gate_id}/approve`, { choice });
+      follow(planId);
+      if (!tok.durable) {
+        const run = await api("POST", `/v1/plans/${planId}/execute`, { tokens: { [g.gate_id]: tok.token } });
+        const s = document.getElementById(`status-${planId}`);
+        if (!s || !s.textContent.startsWith("finished")) {  // the event stream may have said it first
+          note(planId, run.status === "completed" ? "finished: completed" : `execute: ${run.status}${run.waiting_gate ? ` (next: ${run.waiting_gate})` : ""}`);
+        }
+      } else note(planId, `sent to ${tok.durable.workflow_id}`);
+    } catch (e) { note(planId, `refused: ${e.message}`); approve.disabled = reject.disabled = false; }
+  } }, "Approve");
+  const reject = el("button", { type: "button", onclick: async () => {
+    approve.disabled = reject.disabled = true;
+    try { await api("POST", `/v1/plans/${planId}/gates/${g.gate_id}/reject`, {}); note(planId, `${g.gate_id} rejected: nothing it guards will run`); }
+    catch (e) { note(planId, `refused: ${e.message}`); }
+  } }, "Reject");
+  fs.append(el("div", {}, approve, " ", reject));
+  return fs;
+}
+
+function note(planId, text) {
+  const s = document.getElementById(`status-${planId}`);
+  if (s) s.textContent = text;
+}
+
+const following = new Set();
+function follow(planId) {
+  if (following.has(planId)) return;
+  following.add(planId);
+  const src = new EventSource(`/v1/plans/${planId}/events`);
+  const mark = (ev) => {
+    const e = JSON.parse(ev.data);
+    const map = { step_started: "running", step_finished: "succeeded", step_failed: "failed", step_unknown: "unknown" };
+    if (e.step && map[ev.type]) {
+      const node = document.getElementById(`step-${planId}-${e.step}`);
+      if (node) node.dataset.status = map[ev.type];
+    }
+    if (ev.type === "execute_finished" || ev.type === "durable_finished") note(planId, `finished: ${e.status}`);
+  };
+  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved"]) {
+    src.addEventListener(kind, mark);
+  }
+}
+
+async function send(text) {
+  say("person", text);
+  try {
+    const reply = await api("POST", "/v1/intents", { text, conversation_id: conversation });
+    conversation = reply.conversation_id || conversation;
+    if (reply.plan) {
+      say("assistant", "Here is what I would do. Nothing is written until you approve.", card(reply, reply.preview));
+      conversation = null;
+    } else if (reply.needs) {
+      say("assistant", reply.needs.map((n) => n.question).join(" "));
+    } else if (reply.can_do) {
+      say("assistant", `I can: ${reply.can_do.join("; ")}.`);
+    }
+  } catch (e) {
+    say("assistant", `That did not work: ${e.message}`);
+  }
+  loadPlans();
+}
+
+async function loadPlans() {
+  const list = document.getElementById("plans");
+  if (!list) return;
+  const page = await api("GET", "/v1/plans?limit=10").catch(() => ({ items: [] }));
+  list.replaceChildren(...page.items.map((p) =>
+    el("li", {}, el("a", { href: `/plans/${p.plan_id}` }, `${p.intent} · ${p.status} · ${p.created_at}`))));
+}
+
+async function showCard(planId) {
+  const doc = await api("GET", `/v1/plans/${planId}`);
+  const preview = await api("POST", `/v1/plans/${planId}/preview`).catch(() => null);
+  say("assistant", card(doc, preview));
+  for (const s of doc.steps) {
+    const node = document.getElementById(`step-${planId}-${s.step}`);
+    if (node) node.dataset.status = s.status;
+  }
+  follow(planId);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const form = document.getElementById("say");
+  const input = document.getElementById("text");
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const text = input.value.trim();
+    if (text) { input.value = ""; send(text); }
+  });
+  const planId = document.body.dataset.plan;
+  if (planId) showCard(planId).catch((e) => say("assistant", e.message));
+  loadPlans();
+  input.focus();
+});

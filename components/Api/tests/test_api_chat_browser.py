@@ -1,0 +1,109 @@
+"""The chat page in a real browser (Playwright driving Debian's chromium, headless, offline flags):
+a meeting request with an entity missing → the question → the answer → the card with the free
+slots → pick one → Approve → the write steps turn done → the event is in the sandbox calendar and
+the mail in the sandbox mailbox. Also: Reject, keyboard-only approval, another user cannot open
+the card. Screenshots go to ``artifacts/screenshots/``."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from countersign.api import UserStore
+from countersign.api.testing import ALICE, BOB, ApiHarness
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
+ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            "Debian's chromium is missing: make test installs it (apt-get install chromium)"
+        )
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+def _signed_in(browser: Browser, api: ApiHarness, user: str) -> Page:
+    link = UserStore(api.db, clock=lambda: datetime.now(UTC)).login_link(user)
+    page = browser.new_page()
+    page.goto(f"{api.base}/login?token={link}")
+    page.wait_for_selector("#text")
+    return page
+
+
+def _ask(page: Page, text: str) -> None:
+    page.fill("#text", text)
+    page.press("#text", "Enter")
+
+
+def test_meeting_from_a_sentence_to_the_written_event(browser: Browser, api: ApiHarness) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = _signed_in(browser, api, ALICE)
+    _ask(page, "schedule a meeting with Alice and Bob tomorrow afternoon")
+    page.wait_for_selector("text=How long should the meeting be")
+    _ask(page, "30 minutes, called Sync")
+    page.wait_for_selector("section.card")
+    page.screenshot(path=str(SHOTS / "meeting-card.png"), full_page=True)
+    assert page.locator("section.card input[type=radio]").count() >= 1
+    assert api.events_in_calendar() == [] and api.smtp.messages == []  # the preview wrote nothing
+    page.get_by_role("button", name="Approve").click()
+    page.wait_for_selector("text=finished: completed", timeout=60_000)
+    page.wait_for_function("document.querySelectorAll('.step[data-status=succeeded]').length >= 3")
+    page.screenshot(path=str(SHOTS / "meeting-done.png"), full_page=True)
+    assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2
+    plan_id = page.locator("section.card").get_attribute("data-plan")
+    # another user cannot open the card
+    other = _signed_in(browser, api, BOB)
+    r = other.goto(f"{api.base}/plans/{plan_id}")
+    assert r is not None and r.status == 404
+
+
+def test_reject_and_keyboard_only_approval(browser: Browser, api: ApiHarness) -> None:
+    page = _signed_in(browser, api, ALICE)
+    _ask(page, "schedule a 30 minute meeting with Alice and Bob tomorrow afternoon called Nope")
+    page.wait_for_selector("section.card")
+    page.get_by_role("button", name="Reject").click()
+    page.wait_for_selector("text=rejected: nothing it guards will run")
+    assert api.events_in_calendar() == []
+    # keyboard only: type, Enter, then Tab to Approve and press Enter
+    page.focus("#text")
+    page.keyboard.type(
+        "schedule a 30 minute meeting with Alice and Bob tomorrow afternoon called Keys"
+    )
+    page.keyboard.press("Enter")
+    page.wait_for_selector("section.card >> nth=1")
+    approve = page.get_by_role("button", name="Approve").nth(1)
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        if approve.evaluate("b => b === document.activeElement"):
+            break
+    assert approve.evaluate("b => b === document.activeElement"), "Approve is not reachable by Tab"
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "document.querySelectorAll('section.card')[1]"
+        ".querySelectorAll('.step[data-status=succeeded]').length >= 3",
+        timeout=60_000,
+    )
+    page.screenshot(path=str(SHOTS / "keyboard-approved.png"), full_page=True)
+    assert len(api.events_in_calendar()) == 1
