@@ -63,7 +63,7 @@ def test_up_detach_login_and_down(tmp_path: Path) -> None:
         }, health
         with httpx.Client(timeout=10, follow_redirects=True) as browser:
             r = browser.get(login)
-            assert r.status_code == 200 and "Signed in as" in r.text, r.text
+            assert r.status_code == 200 and "signed in as local" in r.text, r.text
             assert browser.get(f"http://127.0.0.1:{api_port}/v1/me").json()["user_id"] == "local"
         assert (
             httpx.get(lines["sandbox mailbox"], timeout=10).headers.get("X-Countersign-Sandbox")
