@@ -1,5 +1,6 @@
 """The whole stack from one command, as a newcomer runs it: ``countersign up --detach`` starts
-every service and prints a login link that works; a second ``up`` says it is running; ``down``
+every service and prints a login link that works (a meeting goes from a sentence in the chat page
+to a mail in the sandbox mailbox); a second ``up`` says it is running; ``down``
 stops everything, PostgreSQL included."""
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from countersign.api.testing import chromium
 from countersign.kernel.process import free_port, port_open
 
 pytestmark = pytest.mark.slow
+SHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
 
 
 def _cli(home: Path, env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -35,6 +38,30 @@ def _cli(home: Path, env_extra: dict[str, str], *args: str) -> subprocess.Comple
         timeout=600,
         check=False,
     )
+
+
+def _a_meeting_from_the_chat_page(login: str, api_port: int, mailbox: str) -> None:
+    """In a real browser, on the stack as ``up`` started it: the printed link signs in; a
+    sentence missing the length is asked about; the answer gives a card with free slots from the
+    sandbox calendars; Approve runs the writes; the mail is in the sandbox mailbox."""
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(login)
+        page.wait_for_selector("text=signed in as local")
+        assert page.request.get(f"http://127.0.0.1:{api_port}/v1/me").json()["user_id"] == "local"
+        page.fill("#text", "schedule a meeting with Alice and Bob tomorrow afternoon")
+        page.press("#text", "Enter")
+        page.wait_for_selector("text=How long should the meeting be")
+        page.fill("#text", "45 minutes, called Stack check")
+        page.press("#text", "Enter")
+        page.wait_for_selector("section.card fieldset input[type=radio]", timeout=60_000)
+        page.get_by_role("button", name="Approve").click()
+        page.wait_for_selector("text=finished: completed", timeout=60_000)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "stack-meeting-done.png"), full_page=True)
+    box = httpx.get(mailbox, timeout=10)
+    assert box.headers.get("X-Countersign-Sandbox") == "true"
+    assert "Stack check" in box.text, box.text[:2000]
 
 
 def test_up_detach_login_and_down(tmp_path: Path) -> None:
@@ -61,14 +88,7 @@ def test_up_detach_login_and_down(tmp_path: Path) -> None:
             "temporal": "ok",
             "worker": "ok",
         }, health
-        with httpx.Client(timeout=10, follow_redirects=True) as browser:
-            r = browser.get(login)
-            assert r.status_code == 200 and "signed in as local" in r.text, r.text
-            assert browser.get(f"http://127.0.0.1:{api_port}/v1/me").json()["user_id"] == "local"
-        assert (
-            httpx.get(lines["sandbox mailbox"], timeout=10).headers.get("X-Countersign-Sandbox")
-            == "true"
-        )
+        _a_meeting_from_the_chat_page(login, api_port, lines["sandbox mailbox"])
         again = _cli(home, extra, "up", "--detach", "--port", str(api_port))
         assert again.returncode == 0 and "already running" in again.stderr
     finally:

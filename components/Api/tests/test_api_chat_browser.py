@@ -6,42 +6,26 @@ the card. Screenshots go to ``artifacts/screenshots/``."""
 
 from __future__ import annotations
 
-import shutil
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from countersign.api import UserStore
-from countersign.api.testing import ALICE, BOB, ApiHarness
+from countersign.api.testing import ALICE, BOB, ApiHarness, chromium
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
-ARGS = [
-    "--no-sandbox",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail(
-            "Debian's chromium is missing: make test installs it (apt-get install chromium)"
-        )
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def _signed_in(browser: Browser, api: ApiHarness, user: str) -> Page:
@@ -70,6 +54,8 @@ def test_meeting_from_a_sentence_to_the_written_event(browser: Browser, api: Api
     page.get_by_role("button", name="Approve").click()
     page.wait_for_selector("text=finished: completed", timeout=60_000)
     page.wait_for_function("document.querySelectorAll('.step[data-status=succeeded]').length >= 3")
+    page.wait_for_selector("text=What was done")
+    assert page.locator("ul.done li").count() == 3  # the event and the two mails
     page.screenshot(path=str(SHOTS / "meeting-done.png"), full_page=True)
     assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2
     plan_id = page.locator("section.card").get_attribute("data-plan")
@@ -107,3 +93,36 @@ def test_reject_and_keyboard_only_approval(browser: Browser, api: ApiHarness) ->
     )
     page.screenshot(path=str(SHOTS / "keyboard-approved.png"), full_page=True)
     assert len(api.events_in_calendar()) == 1
+
+
+def test_a_stale_preview_shows_what_changed_and_asks_again(
+    browser: Browser, api: ApiHarness
+) -> None:
+    """Bob's calendar fills the picked slot after the card was shown: Approve is refused as
+    stale, the card says what changed (old → new), previews afresh, and the second Approve
+    writes into a slot that is still free."""
+    page = _signed_in(browser, api, ALICE)
+    _ask(page, "schedule a 30 minute meeting with Alice and Bob tomorrow afternoon called Moved")
+    page.wait_for_selector("section.card")
+    picked = json.loads(
+        page.locator("section.card fieldset input").first.get_attribute("data-choice") or ""
+    )
+    start, end = (
+        datetime.fromisoformat(picked[k].replace("Z", "+00:00")).strftime("%Y%m%dT%H%M%SZ")
+        for k in ("start", "end")
+    )
+    api.radicale.add_event(BOB, "moved-busy", start, end, "dentist")
+    page.get_by_role("button", name="Approve").click()
+    page.wait_for_selector("text=What changed since you looked")
+    page.wait_for_selector("text=nothing was written")
+    assert page.locator("ul.changes li").count() >= 1
+    assert page.locator("section.card").count() == 1  # replaced, not appended
+    assert api.events_in_calendar() == [] and api.smtp.messages == []
+    page.screenshot(path=str(SHOTS / "stale-card.png"), full_page=True)
+    again = json.loads(
+        page.locator("section.card fieldset input").first.get_attribute("data-choice") or ""
+    )
+    assert again["start"] != picked["start"]
+    page.get_by_role("button", name="Approve").click()
+    page.wait_for_selector("text=finished: completed", timeout=60_000)
+    assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2

@@ -53,6 +53,22 @@ def test_refusals_never_move_the_status(kinds: list[str]) -> None:
     assert fold_events(events).status == "signed"
 
 
+def test_the_workflow_a_plan_was_handed_to_is_folded_from_either_event_form() -> None:
+    full = {**_e(2, "handed_off", "ok"), "details": {"workflow_id": "watch-P1"}}
+    compact = {**_e(2, "handed_off", "ok"), "workflow_id": "watch-P1"}
+    for handed in (full, compact):
+        state = fold_events([_e(1, "plan_signed"), handed, _e(3, "watcher_polled")])
+        assert state.workflow_id == "watch-P1" and state.status == "watching"
+    assert fold_events([_e(1, "plan_signed")]).workflow_id is None
+
+
+def test_a_stale_refusal_marks_the_plan_stale_until_the_next_preview() -> None:
+    events = [_e(1, "plan_signed"), _e(2, "preview_run"), _e(3, "gate_approved")]
+    stale = [*events, _e(4, "execute_refused", "stale")]
+    assert fold_events(stale).status == "stale"
+    assert fold_events([*stale, _e(5, "preview_run")]).status == "previewed"
+
+
 @given(
     st.datetimes(timezones=st.just(UTC)),
     st.text(alphabet="0123456789ABCDEFGHJKMNPQRSTVWXYZ", min_size=26, max_size=26),

@@ -142,6 +142,7 @@ def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -
             return [w.id async for w in client.list_workflows(q)]
 
         assert _until(lambda: asyncio.run(find()) == [wid], 30)
+        assert alice.get(f"/v1/plans/{plan_id}").json()["workflow_id"] == wid  # the card's link
         # approving before a slot is there: refused with the workflow's reason
         early = alice.post(
             f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": {"slot": {"id": "x"}}}

@@ -414,3 +414,66 @@ def test_chat_text_asks_then_plans(api: Api) -> None:
         )
         nothing = alice.post("/v1/intents", json={"text": "tell me a joke"}).json()
         assert nothing["can_do"] and nothing["intent"] is None
+
+
+def test_chat_text_is_read_in_the_callers_time_zone(api: Api) -> None:
+    """ "tomorrow afternoon" is the person's afternoon: the browser's zone comes with the text,
+    lands in the signed intent, and moves the window; an unknown zone is named."""
+    said = "schedule a 30 minute meeting with Alice and Bob tomorrow afternoon called Zones"
+    with api.client() as alice:
+        starts = {}
+        for tz in ("UTC", "Pacific/Auckland"):
+            r = alice.post("/v1/intents", json={"text": said, "tz": tz})
+            assert r.status_code == 201, r.text
+            intent = r.json()["plan"]["intent"]
+            assert intent["tz"] == tz
+            starts[tz] = intent["entities"]["window_start"]
+        assert starts["UTC"] != starts["Pacific/Auckland"]
+        assert "T13:00:00" in starts["UTC"]  # the afternoon starts at 13:00 local
+        bad = _problem(
+            alice.post("/v1/intents", json={"text": said, "tz": "Mars/Olympus"}),
+            422,
+            "invalid_request",
+        )
+        assert "Mars/Olympus" in json.dumps(bad) and "tz" in json.dumps(bad)
+
+
+def test_stale_preview_says_what_changed_and_a_fresh_approval_writes(api: Api) -> None:
+    """Bob's calendar changes between the preview and the execute: the execute is refused as
+    ``stale_world`` with each changed read's old and new values (what the card shows); a fresh
+    preview and a fresh approval then write once."""
+    with api.client() as alice:
+        body = alice.post("/v1/intents", json=_meeting("Stale")).json()
+        plan_id = body["plan_id"]
+        slot = _slot(body["preview"])
+        token = alice.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": slot}
+        ).json()["token"]
+        busy = [
+            datetime.fromisoformat(slot[k].replace("Z", "+00:00")).strftime("%Y%m%dT%H%M%SZ")
+            for k in ("start", "end")
+        ]
+        api.radicale.add_event(BOB, "late-busy", *busy, "dentist")
+        stale = _problem(
+            alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}}),
+            409,
+            "stale_world",
+        )
+        assert stale["changes"], stale
+        change = stale["changes"][0]
+        assert set(change) == {"step", "changed"} and change["changed"], change
+        old, new = next(iter(change["changed"].values()))
+        assert old != new
+        assert api.events_in_calendar() == [] and api.smtp.messages == []
+        assert alice.get(f"/v1/plans/{plan_id}").json()["status"] == "stale"
+        # look again, approve again: it writes once, in a slot that is still free
+        again = alice.post(f"/v1/plans/{plan_id}/preview")
+        assert again.status_code == 200, again.text
+        fresh = _slot(again.json())
+        assert fresh["start"] != slot["start"]
+        token = alice.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": fresh}
+        ).json()["token"]
+        done = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
+        assert done.status_code == 202 and done.json()["status"] == "completed", done.text
+        assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2

@@ -19,13 +19,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from sqlalchemy import text
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -42,7 +43,7 @@ from .errors import (
     TextNotSupportedError,
 )
 from .events import EventHub
-from .problems import problem, status_for
+from .problems import extras_for, problem, status_for
 from .registry_store import Kind, RegistryStore
 from .service import PlanService
 from .users import Principal, UserStore
@@ -72,6 +73,9 @@ class ApiConfig:
     registry_store: RegistryStore | None = None
     #: connects to Temporal for durable plans (None: durable plans are refused)
     temporal_connect: Callable[[], Awaitable[Any]] | None = None
+    #: where the chat page links a durable run: ``<this>/<workflow_id>`` (the Temporal Web UI's
+    #: workflows page of the namespace); None = no link
+    temporal_ui: str | None = None
     #: opens the step runtime for the app's lifetime (an n8n client); None = keep the service's
     runtime: Callable[[], contextlib.AbstractAsyncContextManager[StepTransport]] | None = None
 
@@ -87,6 +91,19 @@ class IntentRequest(BaseModel):
     intent: dict[str, JsonValue] | None = None
     text: str | None = Field(default=None, max_length=4000)
     conversation_id: str | None = Field(default=None, max_length=64)
+    #: the person's IANA time zone for chat text ("tomorrow afternoon" is theirs; the chat page
+    #: sends the browser's); unset = the service's
+    tz: str | None = Field(default=None, max_length=64)
+
+    @field_validator("tz")
+    @classmethod
+    def _tz_exists(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                ZoneInfo(v)
+            except (ZoneInfoNotFoundError, ValueError) as e:
+                raise ValueError(f"unknown IANA time zone {v!r}") from e
+        return v
 
 
 class ApproveRequest(_Body):
@@ -193,10 +210,17 @@ _CHAT = """
 
 
 def _page(
-    body: str, *, who: str | None = None, plan_id: str | None = None, status: int = 200
+    body: str,
+    *,
+    who: str | None = None,
+    plan_id: str | None = None,
+    status: int = 200,
+    temporal_ui: str | None = None,
 ) -> Response:
     user = f"<span class='meta'>signed in as {html.escape(who)}</span>" if who else ""
     data = f" data-plan='{html.escape(plan_id)}'" if plan_id else ""
+    if temporal_ui and who:
+        data += f" data-temporal-ui='{html.escape(temporal_ui)}'"
     script = "<script src='/static/chat.js' defer></script>" if who else ""
     page = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -333,7 +357,9 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         refusals.labels(e.code).inc()
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         return _problem_response(
-            status, problem(status, e.code, type(e).__doc__ or e.code, e.message), headers
+            status,
+            problem(status, e.code, type(e).__doc__ or e.code, e.message, **extras_for(e)),
+            headers,
         )
 
     @app.exception_handler(RequestValidationError)
@@ -371,7 +397,7 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         if body.text is not None:
             if body.intent is not None:
                 raise TextNotSupportedError("send either text or a structured intent, not both")
-            return await converse(body.text, who.user_id, body.conversation_id)
+            return await converse(body.text, who.user_id, body.conversation_id, body.tz)
         if body.intent is None:
             raise TextNotSupportedError(
                 'send a structured intent as {"intent": {...}} or chat text as {"text": ...}'
@@ -414,9 +440,12 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         }
         return 201, body, (time.perf_counter() - started) * 1000
 
-    async def converse(text: str, user_id: str, conversation_id: str | None) -> Response:
+    async def converse(
+        text: str, user_id: str, conversation_id: str | None, tz: str | None
+    ) -> Response:
         conv = await asyncio.to_thread(service.conversations.open, conversation_id, user_id)
-        u = service.understand(text, conv)
+        zone = tz or service.tz
+        u = service.understand(text, conv, tz=zone)
         reply: dict[str, Any] = {
             "conversation_id": conv.conversation_id,
             "intent": u.intent,
@@ -437,7 +466,9 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
             summary = " ".join(n.question for n in u.needs)
             conv.intent, conv.entities = u.intent, dict(u.entities)
         else:
-            status, out, _ = await propose({"intent": u.intent, "entities": u.entities}, user_id)
+            status, out, _ = await propose(
+                {"intent": u.intent, "entities": u.entities, "tz": zone}, user_id
+            )
             reply |= out
             conv.intent, conv.entities = None, {}  # the next message starts a new request
             conv.plan_id = out.get("plan_id")
@@ -592,7 +623,7 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
                 "(or run <code>countersign login-link</code>).</p>"
                 "<p>The API: <a href='/docs'>/docs</a>.</p>"
             )
-        return _page(_CHAT, who=who)
+        return _page(_CHAT, who=who, temporal_ui=cfg.temporal_ui)
 
     @app.get("/plans/{plan_id}", include_in_schema=False)
     def card_page(plan_id: str, request: Request) -> Response:
@@ -601,7 +632,7 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         if who is None:
             return _page("<p>Not signed in.</p>", status=401)
         service.document(plan_id, who)  # 404 problem for another user's plan
-        return _page(_CHAT, who=who, plan_id=plan_id)
+        return _page(_CHAT, who=who, plan_id=plan_id, temporal_ui=cfg.temporal_ui)
 
     @app.get("/v1/me", tags=["service"])
     def me(who: Caller) -> dict[str, Any]:

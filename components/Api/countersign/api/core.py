@@ -66,6 +66,8 @@ class PlanState:
     gates: dict[str, str] = field(default_factory=dict)
     last_seq: int = 0
     updated_at: datetime | None = None
+    #: the Temporal workflow the plan was handed to (its ``handed_off`` event), if any
+    workflow_id: str | None = None
 
 
 def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
@@ -77,8 +79,16 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
         state.updated_at = e.get("ts")
         if kind in _PLAN_STATUS:
             state.status = _PLAN_STATUS[kind]
+        if kind == "execute_refused" and status == "stale":
+            state.status = "stale"  # the world moved since the preview: look and approve again
         if kind.endswith("_finished") and kind != "step_finished" and status in _ENDS:
             state.status = _ENDS[status]
+        if kind == "handed_off":
+            details = e.get("details")
+            wid = e.get("workflow_id") or (
+                details.get("workflow_id") if isinstance(details, Mapping) else None
+            )
+            state.workflow_id = str(wid) if wid else state.workflow_id
         step = e.get("step")
         if step is not None and kind in _STEP_STATUS:
             new = _STEP_STATUS[kind]

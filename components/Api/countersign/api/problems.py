@@ -40,7 +40,7 @@ from .errors import (
     RegistryItemNotFoundError,
 )
 
-__all__ = ["PROBLEM_BASE", "problem", "status_for"]
+__all__ = ["PROBLEM_BASE", "extras_for", "problem", "status_for"]
 
 PROBLEM_BASE = "/problems/"
 
@@ -78,6 +78,14 @@ def status_for(error: CountersignError) -> int:
             if cls is known:
                 return status
     return 503 if error.retryable else 409
+
+
+def extras_for(error: CountersignError) -> dict[str, Any]:
+    """Members a problem document adds for its error class: ``changes`` (each read that moved
+    since the preview, with old and new values per field) for ``stale_world``."""
+    if isinstance(error, StaleWorldError):
+        return {"changes": [c.summary() for c in error.changes]}
+    return {}
 
 
 def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:

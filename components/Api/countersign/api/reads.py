@@ -22,7 +22,10 @@ SELECT p.plan_id, p.user_id, p.plan_hash, p.canonical, p.envelope, p.intent, p.c
                             ORDER BY s.step), '[]'::json)
      FROM plan_steps s WHERE s.plan_id = p.plan_id) AS steps,
   (SELECT coalesce(json_agg(json_build_object('seq', e.seq, 'kind', e.kind, 'step', e.step,
-                                              'op', e.op, 'status', e.status) ORDER BY e.seq),
+                                              'op', e.op, 'status', e.status,
+                                              'workflow_id', CASE WHEN e.kind = 'handed_off'
+                                                THEN e.details->>'workflow_id' END)
+                            ORDER BY e.seq),
                    '[]'::json)
      FROM plan_events e WHERE e.plan_id = p.plan_id) AS events
 FROM plans p WHERE p.plan_id = %(p)s

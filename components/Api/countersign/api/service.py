@@ -149,14 +149,14 @@ class PlanService:
         self.credentials = dict(credentials)
         self.executor.credentials = self.credentials
 
-    def understand(self, text: str, conv: Conversation) -> Understanding:
+    def understand(self, text: str, conv: Conversation, *, tz: str | None = None) -> Understanding:
         """Read one chat message in its conversation (what earlier turns settled carries over;
         while no intent is settled, every message of the conversation is read together)."""
         said = text if conv.intent else " ".join([*conv.person_texts, text])
         return self.intake.understand(
             said,
             received_at=self.clock(),
-            tz=self.tz,
+            tz=tz or self.tz,
             contacts=self.contacts,
             intent=conv.intent,
             known=conv.entities,
@@ -228,6 +228,7 @@ class PlanService:
             "status": state.status,
             "steps": steps,
             "gates": gates_of(graph, state),
+            "workflow_id": state.workflow_id,
             "events": state.last_seq,
         }
 

@@ -155,6 +155,10 @@ def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
             tls_cert=settings.temporal_tls_cert,
             tls_key=settings.temporal_tls_key,
         )
+    if cfg.temporal_ui is None and settings.temporal_ui:
+        cfg.temporal_ui = (
+            f"{settings.temporal_ui}/namespaces/{settings.temporal_namespace}/workflows"
+        )
     cfg.health = {**_health(settings), **cfg.health}
     cfg.listen_dsn = cfg.listen_dsn or stack.service.db.engine.url.render_as_string(
         hide_password=False

@@ -5,18 +5,21 @@ with uvicorn in a thread (real HTTP, real SSE), and ``api``: the whole service o
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from playwright.sync_api import Browser, sync_playwright
 
 from countersign.kernel import Policy, source_registry_dir
 from countersign.n8n import N8nClient, N8nHandle
@@ -33,10 +36,47 @@ from .registry_store import RegistryStore
 from .service import PlanService
 from .users import UserStore
 
-__all__ = ["ALICE", "BOB", "ApiHarness", "api", "api_smtp_credential", "harness", "serve"]
+__all__ = [
+    "ALICE",
+    "BOB",
+    "CHROMIUM_ARGS",
+    "ApiHarness",
+    "api",
+    "api_smtp_credential",
+    "chromium",
+    "harness",
+    "serve",
+]
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+
+
+#: Debian's chromium, headless and never reaching the network (as root it needs --no-sandbox)
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    """A headless Debian chromium driven by Playwright; ``make test`` installs both."""
+    path = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).exists():
+        pytest.fail(
+            "Debian's chromium is missing: make test installs it (apt-get install chromium)"
+        )
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
 
 
 def _free_port() -> int:

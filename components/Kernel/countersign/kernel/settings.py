@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     #: mTLS for a Temporal cluster or Temporal Cloud (PEM files); unset = plain loopback.
     temporal_tls_cert: Path | None = None
     temporal_tls_key: Path | None = None
+    #: The Temporal Web UI the chat page links durable runs to; unset = the embedded dev
+    #: server's (``countersign up`` serves it on the frontend port + 1000), none for a cluster.
+    temporal_ui_url: str | None = None
     registry_dir: Path = Field(default_factory=source_registry_dir)
     signer_name: str = "planner@system"
     #: An Ed25519 seed (base64, 32 bytes) given through the environment instead of the key ring
@@ -55,6 +58,17 @@ class Settings(BaseSettings):
     signing_key: SecretStr | None = None
     signing_key_id: str = "env"
     database_url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
+
+    @property
+    def temporal_ui(self) -> str | None:
+        """The Web UI's base URL: ``temporal_ui_url``, else the embedded dev server's when the
+        address is on loopback (``countersign up``'s choice: frontend port + 1000)."""
+        if self.temporal_ui_url:
+            return self.temporal_ui_url.rstrip("/")
+        host, _, port = self.temporal_address.rpartition(":")
+        if host in {"127.0.0.1", "localhost"} and port.isdigit() and not self.temporal_tls_cert:
+            return f"http://127.0.0.1:{int(port) + 1000}"
+        return None
 
     @property
     def keys_dir(self) -> Path:

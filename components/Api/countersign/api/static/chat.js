@@ -13,7 +13,12 @@ async function api(method, path, body) {
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const data = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(data.detail || data.title || `HTTP ${r.status}`);
+  if (!r.ok) {
+    const err = new Error(data.detail || data.title || `HTTP ${r.status}`);
+    err.code = data.code;
+    err.problem = data;
+    throw err;
+  }
   return data;
 }
 
@@ -45,11 +50,11 @@ function levels(graph) {
 }
 
 function shown(value) {
-  if (value && typeof value === "object" && "$ref" in value) return "(your choice)";
+  if (value && typeof value === "object" && "$ref" in value) return "(what you pick at the gate below)";
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
-function card(doc, preview) {
+function card(doc, preview, changes) {
   const plan = doc.plan;
   const box = el("section", { class: "card", "aria-label": `plan ${plan.plan_id}`, "data-plan": plan.plan_id });
   box.append(
@@ -65,6 +70,23 @@ function card(doc, preview) {
         `${s.step}. ${s.role} · ${s.uses}.${s.call}${s.gate_id ? ` · ${s.gate_id}` : ""}`))));
   }
   box.append(dag);
+  if (changes && changes.length) {
+    // a stale preview: what moved since the person looked, before they approve again
+    box.append(el("h3", {}, "What changed since you looked"));
+    const ul = el("ul", { class: "changes" });
+    for (const c of changes) {
+      for (const [field, [before, after]] of Object.entries(c.changed)) {
+        ul.append(el("li", {}, `step ${c.step} · ${field}: `, el("del", {}, shown(before)), " → ", el("ins", {}, shown(after))));
+      }
+    }
+    box.append(ul);
+  }
+  const evidence = plan.evidence || [];
+  if (evidence.length) {
+    box.append(el("h3", {}, "Evidence used"));
+    box.append(el("ul", {}, ...evidence.map((e) =>
+      el("li", {}, `${e.type} · ${e.key}: ${shown(e.value)} (confidence ${e.confidence}, from ${e.source_ref})`))));
+  }
   const reads = (preview && preview.normalized && preview.normalized.steps) || {};
   if (Object.keys(reads).length) {
     box.append(el("h3", {}, "What was read"));
@@ -83,7 +105,18 @@ function card(doc, preview) {
   for (const g of plan.graph.filter((s) => s.gate_id)) box.append(gate(doc, g, reads));
   const status = el("p", { class: "meta", role: "status", "aria-live": "polite", id: `status-${plan.plan_id}` });
   box.append(status);
+  if (doc.workflow_id) box.append(temporalLink(doc.workflow_id));
   return box;
+}
+
+function when(start, end) {
+  // a slot in the person's own clock ("Wed 25 Nov, 14:30 – 15:00"); the UTC instants are in
+  // the option's title and data attributes
+  try {
+    const day = new Intl.DateTimeFormat(undefined, { weekday: "short", day: "numeric", month: "short" });
+    const hm = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+    return `${day.format(new Date(start))}, ${hm.format(new Date(start))} – ${hm.format(new Date(end))} (${zone() || "local time"})`;
+  } catch (e) { return `${start} → ${end}`; }
 }
 
 function choices(doc, reads) {
@@ -93,7 +126,7 @@ function choices(doc, reads) {
     if (out && Array.isArray(out.slots)) {
       return out.slots.map((s) => {
         const end = new Date(new Date(s.start).getTime() + minutes * 60000).toISOString();
-        return { label: `${s.start} → ${end}`, value: { start: s.start, end } };
+        return { label: when(s.start, end), title: `${s.start} → ${end}`, value: { start: s.start, end } };
       });
     }
     if (out && Array.isArray(out.shortlist)) {
@@ -110,8 +143,9 @@ function gate(doc, g, reads) {
   options.forEach((o, i) => {
     const id = `choice-${planId}-${g.gate_id}-${i}`;
     fs.append(el("div", {},
-      el("input", Object.assign({ type: "radio", name: `choice-${planId}-${g.gate_id}`, id, value: String(i) }, i === 0 ? { checked: "" } : {})),
-      el("label", { for: id }, o.label)));
+      el("input", Object.assign({ type: "radio", name: `choice-${planId}-${g.gate_id}`, id, value: String(i),
+        "data-choice": JSON.stringify(o.value) }, i === 0 ? { checked: "" } : {})),
+      el("label", Object.assign({ for: id }, o.title ? { title: o.title } : {}), o.label)));
   });
   const approve = el("button", { type: "button", onclick: async () => {
     approve.disabled = reject.disabled = true;
@@ -126,8 +160,16 @@ function gate(doc, g, reads) {
         if (!s || !s.textContent.startsWith("finished")) {  // the event stream may have said it first
           note(planId, run.status === "completed" ? "finished: completed" : `execute: ${run.status}${run.waiting_gate ? ` (next: ${run.waiting_gate})` : ""}`);
         }
-      } else note(planId, `sent to ${tok.durable.workflow_id}`);
-    } catch (e) { note(planId, `refused: ${e.message}`); approve.disabled = reject.disabled = false; }
+        if (run.workflow_id) showRun(planId, run.workflow_id);
+      } else {
+        note(planId, `sent to ${tok.durable.workflow_id}`);
+        showRun(planId, tok.durable.workflow_id);
+      }
+    } catch (e) {
+      if (e.code === "stale_world") { await lookAgain(doc, e.problem.changes || []); return; }
+      note(planId, `refused: ${e.message}`);
+      approve.disabled = reject.disabled = false;
+    }
   } }, "Approve");
   const reject = el("button", { type: "button", onclick: async () => {
     approve.disabled = reject.disabled = true;
@@ -136,6 +178,49 @@ function gate(doc, g, reads) {
   } }, "Reject");
   fs.append(el("div", {}, approve, " ", reject));
   return fs;
+}
+
+async function lookAgain(doc, changes) {
+  // the world moved between the preview and the write: show what changed, preview afresh, and
+  // ask again (nothing was written; the earlier approval is spent)
+  const planId = doc.plan.plan_id;
+  const fresh = await api("POST", `/v1/plans/${planId}/preview`);
+  const old = document.querySelector(`section.card[data-plan="${planId}"]`);
+  const box = card(doc, fresh, changes);
+  if (old) old.replaceWith(box); else say("assistant", box);
+  note(planId, "The world changed since you looked (above): this is a fresh preview; nothing was written. Approve again if it is still what you want.");
+  const first = box.querySelector("fieldset input, fieldset button");
+  if (first) first.focus();
+}
+
+function temporalLink(workflowId) {
+  const ui = document.body.dataset.temporalUi;
+  const label = `durable run ${workflowId}`;
+  if (!ui) return el("p", { class: "meta run" }, label);
+  return el("p", { class: "meta run" },
+    el("a", { href: `${ui}/${encodeURIComponent(workflowId)}`, target: "_blank", rel: "noopener" }, `${label} in the Temporal UI`));
+}
+
+// the fields of a write's result a person cares about (a provider's answer says much more)
+const SAID = ["accepted", "response", "uid", "href", "order_id", "total", "booking_id", "message"];
+
+async function showDone(planId) {
+  // what the writes returned (the event created, each mail sent), from the plan's stored results
+  const doc = await api("GET", `/v1/plans/${planId}`);
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  const done = doc.steps.filter((s) => (s.role === "Booker" || s.role === "Notifier") && s.output != null);
+  if (!box || !done.length || box.querySelector(".done")) return;
+  const ul = el("ul", { class: "done" });
+  for (const s of done) {
+    const out = Object.entries(s.output).filter(([k]) => SAID.includes(k)).map(([k, v]) => `${k}: ${shown(v)}`).join("; ");
+    ul.append(el("li", {}, `step ${s.step} · ${s.uses}.${s.call} · ${s.status}${out ? ` — ${out}` : ""}`));
+  }
+  box.querySelector(`#status-${planId}`).before(el("h3", {}, "What was done"), ul);
+}
+
+function showRun(planId, workflowId) {
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  if (box && !box.querySelector(".run")) box.append(temporalLink(workflowId));
 }
 
 function note(planId, text) {
@@ -155,17 +240,26 @@ function follow(planId) {
       const node = document.getElementById(`step-${planId}-${e.step}`);
       if (node) node.dataset.status = map[ev.type];
     }
-    if (ev.type === "execute_finished" || ev.type === "durable_finished") note(planId, `finished: ${e.status}`);
+    if (ev.type === "handed_off" && e.details && e.details.workflow_id) showRun(planId, e.details.workflow_id);
+    if (ev.type === "execute_finished" || ev.type === "durable_finished") {
+      note(planId, `finished: ${e.status}`);
+      loadPlans();
+      showDone(planId).catch(() => {});
+    }
   };
-  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved"]) {
+  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off"]) {
     src.addEventListener(kind, mark);
   }
+}
+
+function zone() {
+  try { return Intl.DateTimeFormat().resolvedOptions().timeZone || undefined; } catch (e) { return undefined; }
 }
 
 async function send(text) {
   say("person", text);
   try {
-    const reply = await api("POST", "/v1/intents", { text, conversation_id: conversation });
+    const reply = await api("POST", "/v1/intents", { text, conversation_id: conversation, tz: zone() });
     conversation = reply.conversation_id || conversation;
     if (reply.plan) {
       say("assistant", "Here is what I would do. Nothing is written until you approve.", card(reply, reply.preview));
