@@ -449,11 +449,11 @@ def test_stale_preview_says_what_changed_and_a_fresh_approval_writes(api: Api) -
         token = alice.post(
             f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": slot}
         ).json()["token"]
-        busy = [
+        start, end = (
             datetime.fromisoformat(slot[k].replace("Z", "+00:00")).strftime("%Y%m%dT%H%M%SZ")
             for k in ("start", "end")
-        ]
-        api.radicale.add_event(BOB, "late-busy", *busy, "dentist")
+        )
+        api.radicale.add_event(BOB, "late-busy", start, end, "dentist")
         stale = _problem(
             alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}}),
             409,
