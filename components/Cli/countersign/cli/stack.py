@@ -38,7 +38,7 @@ from countersign.n8n import install as n8n_install
 from countersign.n8n import start as n8n_start
 from countersign.n8n import status as n8n_status
 from countersign.n8n import stop as n8n_stop
-from countersign.sandbox import start_sandbox, stop_sandbox
+from countersign.sandbox import SandboxPorts, start_sandbox, stop_sandbox
 from countersign.storage import Database, stop_embedded
 
 __all__ = ["LOCAL_USER", "StackInfo", "stack_down", "stack_running", "stack_up"]
@@ -104,7 +104,10 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
     else:
         t = {"address": settings.temporal_address, "ui": "(the cluster's own UI)"}
     say(f"temporal ok: {t['address']} (UI {t['ui']})")
-    sandbox = start_sandbox(settings.home)
+    sandbox = start_sandbox(
+        settings.home,
+        ports=SandboxPorts.any_free() if settings.sandbox_ports == "free" else None,
+    )
     say(f"sandbox ok: {', '.join(f'{k} {v}' for k, v in sandbox.urls().items())}")
     env = {
         **os.environ,

@@ -178,6 +178,8 @@ class DurableActivities:
             plan_id=v.plan.plan_id,
             step=step.step,
             op=f"{step.uses}.{step.call}",
+            # what was found is what the person will choose from at the gate (the chat card)
+            details={"found": out} if found else None,
         )
         return out
 

@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     #: The Temporal Web UI the chat page links durable runs to; unset = the embedded dev
     #: server's (``countersign up`` serves it on the frontend port + 1000), none for a cluster.
     temporal_ui_url: str | None = None
+    #: the sandbox providers' ports under ``countersign up``: ``default`` (CalDAV 5232, SMTP
+    #: 2525, mailbox 8025, shop 8091, visa 8092) or ``free`` (picked at start; tests, a machine
+    #: where the defaults are taken)
+    sandbox_ports: Literal["default", "free"] = "default"
     registry_dir: Path = Field(default_factory=source_registry_dir)
     signer_name: str = "planner@system"
     #: An Ed25519 seed (base64, 32 bytes) given through the environment instead of the key ring

@@ -102,7 +102,10 @@ function card(doc, preview, changes) {
     }
     box.append(ul);
   }
-  for (const g of plan.graph.filter((s) => s.gate_id)) box.append(gate(doc, g, reads));
+  // the first gate is decided on the preview; a later gate (shopping's gate-B) opens when the
+  // writes before it are done, showing what they did (the cart and its total)
+  docs[plan.plan_id] = doc;
+  plan.graph.filter((s) => s.gate_id).forEach((g, i) => box.append(i === 0 ? gate(doc, g, reads) : later(doc, g)));
   const status = el("p", { class: "meta", role: "status", "aria-live": "polite", id: `status-${plan.plan_id}` });
   box.append(status);
   if (doc.workflow_id) box.append(temporalLink(doc.workflow_id));
@@ -136,10 +139,47 @@ function choices(doc, reads) {
   return [];
 }
 
+const docs = {};
+
+function needsChoice(doc, gateId) {
+  // a gate needs a choice when a step's arguments refer to it (``gates.<gate>.choice``)
+  return doc.plan.graph.some((s) => JSON.stringify(s.args).includes(`"gates.${gateId}.choice`));
+}
+
+function later(doc, g) {
+  const before = doc.plan.graph.filter((s) => s.gate_id && s.step < g.step).map((s) => s.gate_id).join(", ");
+  return el("fieldset", { "aria-label": `gate ${g.gate_id}`, "data-gate": g.gate_id, disabled: "" },
+    el("legend", {}, `${g.gate_id} (later)`),
+    el("p", { class: "meta" }, `After ${before}: you will see what was done and decide ${g.gate_id}.`));
+}
+
+async function openGate(planId, gateId) {
+  // a later gate is waiting: show what the writes before it did, then Approve / Reject
+  const doc = docs[planId];
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  const spot = box && box.querySelector(`fieldset[data-gate="${gateId}"][disabled]`);
+  if (!doc || !spot) return;
+  const shownDoc = await api("GET", `/v1/plans/${planId}`);
+  const done = shownDoc.steps.filter((s) => s.role === "Booker" && s.status === "succeeded" && s.output);
+  const g = doc.plan.graph.find((s) => s.gate_id === gateId);
+  const fs = gate(doc, g, {});
+  const review = el("ul", { class: "review" });
+  for (const s of done) {
+    const out = Object.entries(s.output).filter(([k]) => !["sandbox", "notice", "status"].includes(k)).map(([k, v]) => `${k}: ${shown(v)}`).join("; ");
+    review.append(el("li", {}, `step ${s.step} · ${s.uses}.${s.call} — ${out}`));
+  }
+  const guarded = doc.plan.graph.filter((s) => s.after.includes(g.step) || (s.step > g.step && (s.role === "Booker" || s.role === "Notifier")));
+  fs.insertBefore(el("div", {}, el("p", {}, "Done so far:"), review,
+    el("p", {}, `Approving ${gateId} runs: ${guarded.map((s) => `${s.uses}.${s.call}`).join(", ")}.`)), fs.children[1]);
+  spot.replaceWith(fs);
+  const first = fs.querySelector("button");
+  if (first) first.focus();
+}
+
 function gate(doc, g, reads) {
   const planId = doc.plan.plan_id;
-  const options = choices(doc, reads);
-  const fs = el("fieldset", { "aria-label": `gate ${g.gate_id}` }, el("legend", {}, `Approve ${g.gate_id}?`));
+  const options = needsChoice(doc, g.gate_id) ? choices(doc, reads) : [];
+  const fs = el("fieldset", { "aria-label": `gate ${g.gate_id}`, "data-gate": g.gate_id }, el("legend", {}, `Approve ${g.gate_id}?`));
   options.forEach((o, i) => {
     const id = `choice-${planId}-${g.gate_id}-${i}`;
     fs.append(el("div", {},
@@ -161,6 +201,7 @@ function gate(doc, g, reads) {
           note(planId, run.status === "completed" ? "finished: completed" : `execute: ${run.status}${run.waiting_gate ? ` (next: ${run.waiting_gate})` : ""}`);
         }
         if (run.workflow_id) showRun(planId, run.workflow_id);
+        if (run.status === "waiting" && run.waiting_gate) await openGate(planId, run.waiting_gate);
       } else {
         note(planId, `sent to ${tok.durable.workflow_id}`);
         showRun(planId, tok.durable.workflow_id);
@@ -241,13 +282,15 @@ function follow(planId) {
       if (node) node.dataset.status = map[ev.type];
     }
     if (ev.type === "handed_off" && e.details && e.details.workflow_id) showRun(planId, e.details.workflow_id);
+    if (ev.type === "gate_waiting" && e.op) openGate(planId, e.op).catch(() => {});
     if (ev.type === "execute_finished" || ev.type === "durable_finished") {
-      note(planId, `finished: ${e.status}`);
       loadPlans();
+      if (e.status === "waiting") { note(planId, "waiting for your next decision"); return; }
+      note(planId, `finished: ${e.status}`);
       showDone(planId).catch(() => {});
     }
   };
-  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off"]) {
+  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off", "gate_waiting"]) {
     src.addEventListener(kind, mark);
   }
 }

@@ -1,0 +1,304 @@
+"""The use cases end to end from chat text, on the stack ``countersign up --detach`` starts,
+through the public HTTP API only (the way a front-end drives it), counting every effect in the
+sandbox providers: exactly one per approved write, nothing without its gate, the audit chain
+verifying, each plan's event stream complete. Shopping's two gates also in the browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from countersign.api import fold_events
+from countersign.api.testing import chromium
+from countersign.kernel.process import free_port
+
+pytestmark = pytest.mark.slow
+T = TypeVar("T")
+ALICE, BOB = "alice@example.com", "bob@example.com"
+SHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
+
+
+@dataclass
+class Stack:
+    home: Path
+    env: dict[str, str]
+    base: str
+    key: str
+    login: str
+    urls: dict[str, str]
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.base, headers={"Authorization": f"Bearer {self.key}"}, timeout=60
+        )
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "countersign.cli", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=600,
+            check=False,
+        )
+
+    def mails(self, to: str | None = None) -> list[dict[str, Any]]:
+        params = {"to": to} if to else {}
+        out: list[dict[str, Any]] = (
+            httpx.get(f"{self.urls['mailbox']}/messages", params=params, timeout=10)
+            .json()
+            .get("messages", [])
+        )
+        return out
+
+    def events_of(self, user: str) -> int:
+        """How many events ``user``'s sandbox calendar holds (CalDAV PROPFIND)."""
+        r = httpx.request(
+            "PROPFIND",
+            f"{self.urls['caldav']}/{user}/calendar/",
+            headers={"Depth": "1"},
+            timeout=10,
+        )
+        return len(re.findall(r"\.ics</", r.text))
+
+    def sandbox(self, name: str) -> dict[str, Any]:
+        state: dict[str, Any] = httpx.get(f"{self.urls[name]}/_sandbox/state", timeout=10).json()
+        return state
+
+
+def _until(check: Callable[[], T | None], seconds: float) -> T | None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    return None
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    home = tmp_path_factory.mktemp("stack") / "home"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("COUNTERSIGN_") and k != "DATABASE_URL"
+    }
+    if cache := os.environ.get("COUNTERSIGN_CACHE_DIR"):
+        env["COUNTERSIGN_CACHE_DIR"] = cache
+    port = free_port()
+    env |= {
+        "COUNTERSIGN_HOME": str(home),
+        "COUNTERSIGN_N8N_PORT": str(free_port()),
+        "COUNTERSIGN_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
+        "COUNTERSIGN_SANDBOX_PORTS": "free",
+    }
+    s = Stack(home, env, f"http://127.0.0.1:{port}", "", "", {})
+    up = s.cli("up", "--detach", "--port", str(port))
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        said = up.stdout + up.stderr
+        line = re.search(r"sandbox ok: (.*)", said)
+        assert line, said
+        s.urls = dict(part.split(" ", 1) for part in line.group(1).split(", "))
+        login = re.search(r"sign in \(once\)\s+(\S+)", said)
+        assert login, said
+        s.login = login.group(1)
+        added = s.cli("users", "add", ALICE)
+        assert added.returncode == 0, added.stderr
+        s.key = added.stdout.strip().splitlines()[-1]
+        yield s
+    finally:
+        down = s.cli("down")
+        assert down.returncode == 0, down.stderr
+
+
+def _complete_and_chained(stack: Stack, alice: httpx.Client, plan_id: str) -> list[str]:
+    """The plan's event stream: numbered 1…n without a gap, folding to the status GET reports;
+    the whole audit chain verifies. Returns the event kinds in order."""
+    events = []
+    with alice.stream("GET", f"/v1/plans/{plan_id}/events", params={"follow": "false"}) as r:
+        current: dict[str, Any] = {}
+        for line in r.iter_lines():
+            if line.startswith("id:"):
+                current["seq"] = int(line[3:])
+            elif line.startswith("data:"):
+                current |= json.loads(line[5:])
+            elif line == "" and current:
+                events.append(current)
+                current = {}
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert fold_events(events).status == alice.get(f"/v1/plans/{plan_id}").json()["status"]
+    verified = stack.cli("audit", "verify", "--plan-id", plan_id)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    return [str(e["kind"]) for e in events]
+
+
+def test_meeting_from_a_sentence(stack: Stack) -> None:
+    events_before, mails_before = stack.events_of(ALICE), len(stack.mails())
+    with stack.client() as alice:
+        first = alice.post(
+            "/v1/intents", json={"text": "set up a meeting with Alice and Bob tomorrow afternoon"}
+        ).json()
+        assert first["intent"] == "schedule_meeting" and first["needs"], first
+        body = alice.post(
+            "/v1/intents",
+            json={
+                "text": "30 minutes, called Planning",
+                "conversation_id": first["conversation_id"],
+            },
+        ).json()
+        plan_id = body["plan_id"]
+        slots = body["preview"]["normalized"]["steps"]["3"]["slots"]
+        assert slots, body["preview"]
+        # the preview wrote nothing; execute without the gate's token writes nothing either
+        assert stack.events_of(ALICE) == events_before and len(stack.mails()) == mails_before
+        refused = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+        assert refused.status_code == 409 and refused.json()["code"] == "execute_refused"
+        assert stack.events_of(ALICE) == events_before
+        start = slots[0]["start"]
+        end = (
+            datetime.fromisoformat(start.replace("Z", "+00:00")) + timedelta(minutes=30)
+        ).strftime("%Y-%m-%dT%H:%M:%SZ")
+        token = alice.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve",
+            json={"choice": {"start": start, "end": end}},
+        ).json()["token"]
+        done = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
+        assert done.status_code == 202 and done.json()["status"] == "completed", done.text
+        # one event, one mail per attendee; the same token again adds nothing
+        again = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
+        assert again.status_code == 403
+        assert stack.events_of(ALICE) == events_before + 1
+        sent = [m for m in stack.mails() if m["subject"] == "Planning"]
+        assert sorted(m["to"] for m in sent) == [ALICE, BOB]
+        kinds = _complete_and_chained(stack, alice, plan_id)
+        assert kinds[0] == "plan_signed" and kinds[-2:] == ["execute_finished", "token_refused"]
+        assert kinds.count("step_finished") >= 3
+
+
+def test_shopping_two_gates_budget_and_a_price_change(stack: Stack) -> None:
+    with stack.client() as alice:
+        body = alice.post(
+            "/v1/intents",
+            json={
+                "text": "buy 2 usb cables under 30 euros and mail the receipt to alice@example.com"
+            },
+        ).json()
+        plan_id = body["plan_id"]
+        assert body["gates"] == ["gate-A", "gate-B"], body
+        shortlist = body["preview"]["normalized"]["steps"]["2"]["shortlist"]
+        assert shortlist and all(float(o["price"]) <= 30 for o in shortlist)
+        pick = shortlist[0]
+        token = alice.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": {"item": pick["item"]}}
+        ).json()["token"]
+        first = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
+        assert first.status_code == 202, first.text
+        waiting = first.json()
+        assert waiting["status"] == "waiting" and waiting["waiting_gate"] == "gate-B", waiting
+        line = waiting["gate_preview"]["done"]["4"]
+        assert line["quantity"] == 2 and line["cart_total"] == f"{2 * float(pick['price']):.2f}"
+        shop = stack.sandbox("shop")
+        assert len(shop["cart"]) == 1 and shop["orders"] == []  # gate-B guards the purchase
+        # the price moves between gate-A and gate-B: the purchase is refused as stale, naming it
+        new_price = f"{float(pick['price']) + 1:.2f}"
+        httpx.put(
+            f"{stack.urls['shop']}/_sandbox/prices/{pick['item']}",
+            json={"price": new_price},
+            timeout=10,
+        )
+        token = alice.post(f"/v1/plans/{plan_id}/gates/gate-B/approve", json={}).json()["token"]
+        stale = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-B": token}})
+        assert stale.status_code == 409 and stale.json()["code"] == "stale_world", stale.text
+        assert new_price in json.dumps(stale.json()["changes"])
+        assert stack.sandbox("shop")["orders"] == []
+        # look again, approve again: one purchase, one receipt
+        assert alice.post(f"/v1/plans/{plan_id}/preview").status_code == 200
+        token = alice.post(f"/v1/plans/{plan_id}/gates/gate-B/approve", json={}).json()["token"]
+        done = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-B": token}})
+        assert done.status_code == 202 and done.json()["status"] == "completed", done.text
+        orders = stack.sandbox("shop")["orders"]
+        assert len(orders) == 1, orders
+        receipts = [m for m in stack.mails(ALICE) if m["subject"] == "Your order"]
+        assert len(receipts) == 1
+        kinds = _complete_and_chained(stack, alice, plan_id)
+        assert "gate_waiting" in kinds and kinds[-1] == "execute_finished"
+
+
+def test_visa_watcher_from_a_sentence(stack: Stack) -> None:
+    with stack.client() as alice:
+        body = alice.post(
+            "/v1/intents",
+            json={
+                "text": "watch the lisbon consulate for a visa slot in march "
+                "and mail me at alice@example.com"
+            },
+        ).json()
+        plan_id = body["plan_id"]
+        assert body["gates"] == ["gate-A"], body
+        httpx.post(f"{stack.urls['visa']}/_sandbox/slots", timeout=10)  # a slot is there now
+        started = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+        assert started.status_code == 202 and started.json()["status"] == "handed_off"
+        wid = started.json()["workflow_id"]
+        assert alice.get(f"/v1/plans/{plan_id}").json()["workflow_id"] == wid
+        assert stack.sandbox("visa")["bookings"] == []  # nothing booked before gate-A
+
+        def slot() -> str | None:
+            found = [
+                e
+                for e in alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
+                if e["kind"] == "watcher_polled" and e["status"] == "found"
+            ]
+            return str(found[-1]["details"]["found"]["slots"][0]["id"]) if found else None
+
+        slot_id = _until(slot, 60)
+        assert slot_id, alice.get(f"/v1/plans/{plan_id}").json()
+        ok = alice.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": {"slot": {"id": slot_id}}}
+        )
+        assert ok.status_code == 200, ok.text
+        assert _until(lambda: len(stack.sandbox("visa")["bookings"]) == 1, 60)
+        assert _until(
+            lambda: [m for m in stack.mails(ALICE) if m["subject"] == "Visa appointment booked"],
+            60,
+        )
+        assert _until(
+            lambda: alice.get(f"/v1/plans/{plan_id}").json()["status"] == "completed", 60
+        ), alice.get(f"/v1/plans/{plan_id}").json()["status"]
+        assert len(stack.sandbox("visa")["bookings"]) == 1
+        kinds = _complete_and_chained(stack, alice, plan_id)
+        assert "handed_off" in kinds and "gate_approved" in kinds
+
+
+def test_shopping_two_gates_in_the_browser(stack: Stack) -> None:
+    orders_before = len(stack.sandbox("shop")["orders"])
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(stack.login)
+        page.fill("#text", "buy 1 usb cable under 20 euros")
+        page.press("#text", "Enter")
+        page.wait_for_selector("section.card fieldset[data-gate=gate-A] input[type=radio]")
+        assert page.locator("fieldset[data-gate=gate-B][disabled]").count() == 1
+        page.get_by_role("button", name="Approve").first.click()
+        page.wait_for_selector("fieldset[data-gate=gate-B]:not([disabled])", timeout=60_000)
+        page.wait_for_selector("text=cart_total")
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "shopping-gate-b.png"), full_page=True)
+        assert len(stack.sandbox("shop")["orders"]) == orders_before  # not before gate-B
+        page.locator("fieldset[data-gate=gate-B]").get_by_role("button", name="Approve").click()
+        page.wait_for_selector("text=finished: completed", timeout=60_000)
+        page.screenshot(path=str(SHOTS / "shopping-done.png"), full_page=True)
+    assert len(stack.sandbox("shop")["orders"]) == orders_before + 1
