@@ -86,6 +86,7 @@ def main() -> None:
             {
                 "COUNTERSIGN_N8N_PORT": str(free_port()),
                 "COUNTERSIGN_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
+                "COUNTERSIGN_SANDBOX_PORTS": "free",
             },
         )
         cli = [sys.executable, "-m", "countersign.cli"]

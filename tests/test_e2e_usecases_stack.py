@@ -302,3 +302,32 @@ def test_shopping_two_gates_in_the_browser(stack: Stack) -> None:
         page.wait_for_selector("text=finished: completed", timeout=60_000)
         page.screenshot(path=str(SHOTS / "shopping-done.png"), full_page=True)
     assert len(stack.sandbox("shop")["orders"]) == orders_before + 1
+
+
+def test_visa_watcher_in_the_browser(stack: Stack) -> None:
+    """Start watching from the card; the found slot opens gate-A; Approve books it on Temporal;
+    the card links the run in the Temporal UI."""
+    bookings_before = len(stack.sandbox("visa")["bookings"])
+    with chromium() as browser:
+        page = browser.new_page()
+        login = stack.cli("login-link", "--port", stack.base.rsplit(":", 1)[1])
+        assert login.returncode == 0, login.stderr
+        page.goto(login.stdout.strip().splitlines()[-1])
+        page.fill("#text", "watch the paris consulate for a visa slot in april")
+        page.press("#text", "Enter")
+        page.wait_for_selector("fieldset[data-gate=gate-A][disabled]")
+        httpx.post(f"{stack.urls['visa']}/_sandbox/slots", timeout=10)
+        page.get_by_role("button", name="Start watching").click()
+        link = page.wait_for_selector("a:has-text('in the Temporal UI')", timeout=30_000)
+        assert link is not None and "/workflows/watch-" in (link.get_attribute("href") or "")
+        page.wait_for_selector(
+            "fieldset[data-gate=gate-A]:not([disabled]) input[type=radio]", timeout=60_000
+        )
+        page.screenshot(path=str(SHOTS / "visa-found.png"), full_page=True)
+        assert len(stack.sandbox("visa")["bookings"]) == bookings_before
+        page.locator("fieldset[data-gate=gate-A]").get_by_role("button", name="Approve").click()
+        try:
+            page.wait_for_selector("text=/finished: (completed|booked)/", timeout=60_000)
+        finally:
+            page.screenshot(path=str(SHOTS / "visa-booked.png"), full_page=True)
+    assert len(stack.sandbox("visa")["bookings"]) == bookings_before + 1

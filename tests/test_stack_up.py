@@ -70,6 +70,7 @@ def test_up_detach_login_and_down(tmp_path: Path) -> None:
     extra = {
         "COUNTERSIGN_N8N_PORT": str(free_port()),
         "COUNTERSIGN_TEMPORAL_ADDRESS": f"127.0.0.1:{temporal_port}",
+        "COUNTERSIGN_SANDBOX_PORTS": "free",
     }
     up = _cli(home, extra, "up", "--detach", "--port", str(api_port))
     try:

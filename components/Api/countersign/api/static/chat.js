@@ -105,7 +105,10 @@ function card(doc, preview, changes) {
   // the first gate is decided on the preview; a later gate (shopping's gate-B) opens when the
   // writes before it are done, showing what they did (the cart and its total)
   docs[plan.plan_id] = doc;
-  plan.graph.filter((s) => s.gate_id).forEach((g, i) => box.append(i === 0 ? gate(doc, g, reads) : later(doc, g)));
+  // a durable plan (a watcher) starts first; its gate opens when the watcher finds something
+  const durable = plan.graph.some((s) => s.mode === "durable");
+  if (durable) box.append(starter(doc));
+  plan.graph.filter((s) => s.gate_id).forEach((g, i) => box.append(i === 0 && !durable ? gate(doc, g, reads) : later(doc, g)));
   const status = el("p", { class: "meta", role: "status", "aria-live": "polite", id: `status-${plan.plan_id}` });
   box.append(status);
   if (doc.workflow_id) box.append(temporalLink(doc.workflow_id));
@@ -126,6 +129,10 @@ function choices(doc, reads) {
   // a gate that picks one of the slots a read found (meeting), or one of the shortlisted items
   const minutes = (doc.plan.intent.entities || {}).duration_min || 30;
   for (const out of Object.values(reads)) {
+    if (out && Array.isArray(out.slots) && out.slots.length && out.slots[0].id) {
+      // appointment slots a watcher found (visa): pick one by its id
+      return out.slots.map((s) => ({ label: s.at ? `${new Date(s.at).toLocaleString()} (${s.id})` : s.id, title: s.at || s.id, value: { slot: { id: s.id } } }));
+    }
     if (out && Array.isArray(out.slots)) {
       return out.slots.map((s) => {
         const end = new Date(new Date(s.start).getTime() + minutes * 60000).toISOString();
@@ -146,11 +153,44 @@ function needsChoice(doc, gateId) {
   return doc.plan.graph.some((s) => JSON.stringify(s.args).includes(`"gates.${gateId}.choice`));
 }
 
+function starter(doc) {
+  const planId = doc.plan.plan_id;
+  const fs = el("fieldset", { "aria-label": "start watching", class: "starter" }, el("legend", {}, "Start watching?"),
+    el("p", { class: "meta" }, "Runs on Temporal until it finds something or its budget ends; nothing is booked before you approve what it found."));
+  const go = el("button", { type: "button", onclick: async () => {
+    go.disabled = true;
+    try {
+      const run = await api("POST", `/v1/plans/${planId}/execute`, { tokens: {} });
+      note(planId, `watching (${run.workflow_id})`);
+      if (run.workflow_id) showRun(planId, run.workflow_id);
+      follow(planId);
+    } catch (e) { note(planId, `refused: ${e.message}`); go.disabled = false; }
+  } }, "Start watching");
+  fs.append(go);
+  return fs;
+}
+
+async function openFound(planId, found) {
+  // the watcher found something: gate-A opens with it as the choices
+  const doc = docs[planId];
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  if (!doc || !box) return;
+  const g = doc.plan.graph.find((s) => s.gate_id);
+  const spot = g && box.querySelector(`fieldset[data-gate="${g.gate_id}"][disabled]`);
+  if (!spot) return;
+  const fs = gate(doc, g, { found });
+  fs.insertBefore(el("p", {}, "The watcher found this; pick one and approve to book it:"), fs.children[1]);
+  spot.replaceWith(fs);
+  note(planId, "found: waiting for your approval");
+}
+
 function later(doc, g) {
   const before = doc.plan.graph.filter((s) => s.gate_id && s.step < g.step).map((s) => s.gate_id).join(", ");
   return el("fieldset", { "aria-label": `gate ${g.gate_id}`, "data-gate": g.gate_id, disabled: "" },
     el("legend", {}, `${g.gate_id} (later)`),
-    el("p", { class: "meta" }, `After ${before}: you will see what was done and decide ${g.gate_id}.`));
+    el("p", { class: "meta" }, before
+      ? `After ${before}: you will see what was done and decide ${g.gate_id}.`
+      : `When the watcher finds something, you choose from it and decide ${g.gate_id}.`));
 }
 
 async function openGate(planId, gateId) {
@@ -176,6 +216,18 @@ async function openGate(planId, gateId) {
   if (first) first.focus();
 }
 
+async function approveGate(planId, gateId, choice) {
+  // a watcher that has just found something may not be waiting for the decision yet (its
+  // update is refused for a moment): try again briefly before saying so
+  for (let i = 0; ; i++) {
+    try { return await api("POST", `/v1/plans/${planId}/gates/${gateId}/approve`, { choice }); }
+    catch (e) {
+      if (e.code !== "durable_update_refused" || i >= 20) throw e;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+}
+
 function gate(doc, g, reads) {
   const planId = doc.plan.plan_id;
   const options = needsChoice(doc, g.gate_id) ? choices(doc, reads) : [];
@@ -192,7 +244,7 @@ function gate(doc, g, reads) {
     const picked = fs.querySelector("input[type=radio]:checked");
     const choice = picked ? options[Number(picked.value)].value : null;
     try {
-      const tok = await api("POST", `/v1/plans/${planId}/gates/${g.gate_id}/approve`, { choice });
+      const tok = await approveGate(planId, g.gate_id, choice);
       follow(planId);
       if (!tok.durable) {
         const run = await api("POST", `/v1/plans/${planId}/execute`, { tokens: { [g.gate_id]: tok.token } });
@@ -283,6 +335,10 @@ function follow(planId) {
     }
     if (ev.type === "handed_off" && e.details && e.details.workflow_id) showRun(planId, e.details.workflow_id);
     if (ev.type === "gate_waiting" && e.op) openGate(planId, e.op).catch(() => {});
+    if (ev.type === "watcher_polled") {
+      if (e.status === "found" && e.details && e.details.found) openFound(planId, e.details.found);
+      else note(planId, `watching: checked, nothing yet (${e.ts || ""})`);
+    }
     if (ev.type === "execute_finished" || ev.type === "durable_finished") {
       loadPlans();
       if (e.status === "waiting") { note(planId, "waiting for your next decision"); return; }
@@ -290,7 +346,7 @@ function follow(planId) {
       showDone(planId).catch(() => {});
     }
   };
-  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off", "gate_waiting"]) {
+  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off", "gate_waiting", "watcher_polled"]) {
     src.addEventListener(kind, mark);
   }
 }
