@@ -171,6 +171,7 @@ class DurableActivities:
         )
         # the plan's event log hears of every poll and whether it found something
         found = isinstance(out, Mapping) and any(isinstance(x, list) and x for x in out.values())
+        # what was found is what the person will choose from at the gate (the chat card)
         self._audit(
             kind="watcher_polled",
             status="found" if found else "nothing",
@@ -178,8 +179,7 @@ class DurableActivities:
             plan_id=v.plan.plan_id,
             step=step.step,
             op=f"{step.uses}.{step.call}",
-            # what was found is what the person will choose from at the gate (the chat card)
-            details={"found": out} if found else None,
+            **({"details": {"found": out}} if found else {}),
         )
         return out
 
