@@ -55,7 +55,7 @@ def test_meeting_from_a_sentence_to_the_written_event(browser: Browser, api: Api
     page.wait_for_selector("text=finished: completed", timeout=60_000)
     page.wait_for_function("document.querySelectorAll('.step[data-status=succeeded]').length >= 3")
     page.wait_for_selector("text=What was done")
-    assert page.locator("ul.done li").count() == 3  # the event and the two mails
+    assert page.locator("ul.done li").count() == 4  # the event in two calendars, two mails
     page.screenshot(path=str(SHOTS / "meeting-done.png"), full_page=True)
     assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2
     plan_id = page.locator("section.card").get_attribute("data-plan")

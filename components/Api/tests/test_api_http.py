@@ -174,11 +174,13 @@ def test_meeting_over_http_preview_approve_execute_once(api: Api) -> None:
             "token_reused",
         )
         assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2
+        assert len(api.radicale.events(BOB)) == 1  # the event is in every attendee's calendar
         shown = alice.get(f"/v1/plans/{plan_id}").json()
         assert {s["step"]: s["status"] for s in shown["steps"] if s["step"] >= 5} == {
             5: "succeeded",
             6: "succeeded",
             7: "succeeded",
+            8: "succeeded",
         }
         assert shown["gates"][0]["status"] == "approved"
         # the event log says what happened, in order; resumable without loss or repeat

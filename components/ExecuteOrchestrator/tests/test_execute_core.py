@@ -23,9 +23,10 @@ def _plan(registry: Registry, name: str) -> Plan:
 def test_write_specs_meeting(registry: Registry) -> None:
     specs = write_specs(_plan(registry, "schedule_meeting"), registry)
     assert [(w.step, w.gate_id, w.reads) for w in specs] == [
-        (5, "gate-A", (1, 2, 3)),
+        (5, "gate-A", (1, 2, 3)),  # the event in each participant's calendar
         (6, "gate-A", (1, 2, 3)),
-        (7, "gate-A", (1, 2, 3)),
+        (7, "gate-A", (1, 2, 3)),  # a mail to each participant
+        (8, "gate-A", (1, 2, 3)),
     ]
 
 

@@ -95,7 +95,7 @@ def test_visa_watcher_is_durable(registry: Registry) -> None:
 def test_per_write_policy_gates_each_write(registry: Registry) -> None:
     plan = _plan(registry, "schedule_meeting", policy=Policy(gating="per_write"))
     gates = [s.gate_id for s in plan.graph if s.gate_id]
-    assert gates == ["gate-A", "gate-B", "gate-C"]
+    assert gates == ["gate-A", "gate-B", "gate-C", "gate-D"]
 
 
 def test_policy_picks_calendar_provider(registry: Registry) -> None:

@@ -125,10 +125,11 @@ def test_plan_workflow_shape(registry: Registry) -> None:
     plan = _plan(registry)
     wf = build_plan_workflow(plan, plan_hash(plan), registry, credentials=CREDS)
     types = [n["type"] for n in wf["nodes"]]
-    assert types.count("n8n-nodes-base.merge") == 1
+    # one Merge joins the two free/busy reads; one before each mail joins the two event writes
+    assert types.count("n8n-nodes-base.merge") == 3
     assert types.count("n8n-nodes-base.wait") == 1
-    merge = next(n for n in wf["nodes"] if n["type"] == "n8n-nodes-base.merge")
-    assert merge["parameters"]["numberInputs"] == 2
+    merges = [n for n in wf["nodes"] if n["type"] == "n8n-nodes-base.merge"]
+    assert [m["parameters"]["numberInputs"] for m in merges] == [2, 2, 2]
     assert wf["connections"]["Trigger"]["main"][0] == [
         {"node": "Step 1 caldav.list_free_busy", "type": "main", "index": 0},
         {"node": "Step 2 caldav.list_free_busy", "type": "main", "index": 0},

@@ -140,7 +140,7 @@ function choices(doc, reads) {
       });
     }
     if (out && Array.isArray(out.shortlist)) {
-      return out.shortlist.map((o) => ({ label: `${o.title || o.item} — ${o.price}`, value: { item: o.item } }));
+      return out.shortlist.map((o) => ({ label: `${o.title || o.item} — ${o.price}${o.total && o.total !== o.price ? ` (total ${o.total})` : ""}`, value: { item: o.item } }));
     }
   }
   return [];
