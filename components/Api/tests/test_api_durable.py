@@ -224,8 +224,14 @@ def test_cancel_reaches_a_running_watcher(
                 desc = await client.get_workflow_handle(f"watch-{plan_id}").describe()
                 return str(desc.status.name if desc.status else "")
 
-            assert _until(lambda: asyncio.run(status()) == "COMPLETED", 30)
+            # one cancel path: Temporal's own cancellation; the run records why it ended
+            assert _until(lambda: asyncio.run(status()) == "CANCELED", 30)
             assert sandbox.bookings == {}
+            kinds = {
+                (e["kind"], e["status"])
+                for e in alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
+            }
+            assert ("durable_finished", "cancelled") in kinds, kinds
     finally:
         stop.set()
         worker.join(15)

@@ -20,7 +20,13 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.approvals import Approvals
@@ -318,6 +324,37 @@ def test_cancel_mid_watch_and_reconfigure(
     result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
     assert result.status == "cancelled" and sandbox.bookings == {}
     assert set(sandbox.windows) == {("2027-03-01T00:00:00Z", "2027-03-31T00:00:00Z")}
+
+
+def test_temporal_cancellation_records_the_outcome_and_ends_canceled(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """The Temporal UI's "Request Cancellation" (or the API's cancel) ends the run CANCELED, and
+    the plan's log says so (``durable_finished`` cancelled) — before, the run ended with nothing
+    recorded and the plan kept its old status."""
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        handle = await _start(env, doc)
+        await env.sleep(timedelta(hours=3))
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as ended:
+            await handle.result()
+        assert isinstance(ended.value.cause, CancelledError)
+        desc = await handle.describe()
+        assert desc.status == WorkflowExecutionStatus.CANCELED
+        await _replay(env, handle.id)
+        return doc
+
+    doc = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    with db.tx() as c:
+        rows = c.execute(
+            text(
+                "SELECT kind, status FROM audit_log WHERE plan_id = :p AND kind = 'durable_finished'"
+            ),
+            {"p": doc["plan"]["plan_id"]},
+        ).all()
+    assert [tuple(r) for r in rows] == [("durable_finished", "cancelled")]
+    assert sandbox.bookings == {}
 
 
 def test_budget_exhausted(
@@ -1038,6 +1075,15 @@ def test_search_attributes_registered_on_a_bare_server_find_the_run(
                 if found:
                     break
                 await asyncio.sleep(0.2)
+            # what the UI shows of it: a summary that says what is watched and how often, and
+            # details without the signature or any token
+            described = await handle.describe()
+            summary = await described.static_summary() or ""
+            details = await described.static_details() or ""
+            assert summary.startswith("Watcher · alice@example.com · visa.sandbox.find_slots")
+            assert "every 15 min" in summary, summary
+            assert doc["plan"]["plan_id"] in details and "gate-A" in details
+            assert doc["signature"]["signature"] not in details + summary
             await handle.terminate("test over")
             return found
 

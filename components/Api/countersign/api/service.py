@@ -365,17 +365,15 @@ class PlanService:
         return await self.executor.execute(document, user_id=user_id, tokens=tokens)
 
     async def cancel(self, plan_id: str, user_id: str) -> dict[str, Any]:
-        """Cancel: no later preview, approval or execute of this plan runs (audited); a watcher
-        running on Temporal gets its ``cancel`` signal, a plan workflow is cancelled."""
+        """Cancel: no later preview, approval or execute of this plan runs (audited); a run on
+        Temporal is cancelled through Temporal's own cancellation — the one cancel path, the same
+        as the UI's "Request Cancellation": the workflow records the outcome and ends CANCELED."""
         self.document(plan_id, user_id)
         wid = self._workflow_of(plan_id)
         if wid is not None and self.temporal is not None:
             handle = self.temporal.get_workflow_handle(wid)
             try:
-                if wid.startswith("watch-"):
-                    await handle.signal(WatcherWorkflow.cancel)
-                else:
-                    await handle.cancel()
+                await handle.cancel()
             except RPCError as e:
                 raise DurableUpdateError(f"{wid}: {e.message}") from e
         with self.db.tx() as c:

@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ResolveStep,
         StepCall,
     )
-    from .workflows import finish, not_started, outcome_unknown
+    from .workflows import CANCEL_PATCH, finish, not_started, outcome_unknown
 
 __all__ = ["PlanExecutionWorkflow"]
 
@@ -165,7 +165,14 @@ class PlanExecutionWorkflow:
 
     @workflow.run
     async def run(self, inp: PlanInput) -> PlanRunResult:
-        result = await self._run(inp)
+        try:
+            result = await self._run(inp)
+        except asyncio.CancelledError:
+            # Temporal's own cancellation (the UI's "Request Cancellation", the API's cancel):
+            # record the outcome, then end CANCELED (histories from before replay unchanged)
+            if workflow.patched(CANCEL_PATCH):
+                await finish(inp.signed, inp.user_id, "cancelled", self._timeout())
+            raise
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result
 

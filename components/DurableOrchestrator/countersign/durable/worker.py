@@ -31,6 +31,7 @@ from countersign.kernel.process import ServiceError
 from .activities import DurableActivities
 from .models import PlanInput, WatchInput
 from .plan_workflow import PlanExecutionWorkflow
+from .summary import plan_summary, watch_details, watch_summary
 from .workflows import WatcherWorkflow
 
 __all__ = [
@@ -132,6 +133,8 @@ async def start_watcher(
         task_queue=task_queue,
         search_attributes=attrs if search_attributes else TypedSearchAttributes.empty,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=watch_summary(inp),
+        static_details=watch_details(inp),
     )
 
 
@@ -148,6 +151,7 @@ async def start_plan(
         task_queue=task_queue,
         search_attributes=attrs,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=plan_summary(inp.signed, inp.user_id),
     )
 
 

@@ -12,6 +12,7 @@ Workflow code never ``assert``s: a broken input fails the run with an ``Applicat
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 from typing import Any
@@ -35,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         WatchResult,
         WatchState,
     )
+    from .summary import every, watch_now
 
 __all__ = [
     "FINISH_PATCH",
@@ -67,6 +69,8 @@ def outcome_unknown(e: ActivityError) -> bool:
 
 #: the patch that added ``finish_plan`` at the end of a run (histories before it replay without)
 FINISH_PATCH = "finish-plan-v1"
+#: a run cancelled through Temporal records its outcome before it ends CANCELED
+CANCEL_PATCH = "cancel-records-outcome-v1"
 
 
 async def finish(signed: dict[str, Any], user_id: str, outcome: str, timeout: timedelta) -> None:
@@ -225,7 +229,14 @@ class WatcherWorkflow:
     # ---- run ----------------------------------------------------------------------------------
     @workflow.run
     async def run(self, inp: WatchInput) -> WatchResult:
-        result = await self._run(inp)
+        try:
+            result = await self._run(inp)
+        except asyncio.CancelledError:
+            # Temporal's own cancellation (the UI's "Request Cancellation", the API's cancel):
+            # record the outcome, then end CANCELED (histories from before replay unchanged)
+            if workflow.patched(CANCEL_PATCH):
+                await finish(inp.signed, inp.user_id, "cancelled", self._timeout())
+            raise
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result
 
@@ -270,6 +281,7 @@ class WatcherWorkflow:
                     ),
                     retry_policy=_POLL_RETRY,
                     start_to_close_timeout=self._timeout(),
+                    summary=f"poll {st.polls + 1}: step {inp.watch_step}",
                 )
                 st.errors = 0
             except ActivityError:
@@ -283,6 +295,7 @@ class WatcherWorkflow:
             if slots:
                 st.found = slots[0]
                 st.status = "waiting_approval"
+                workflow.set_current_details(watch_now(st))
                 break
             if st.polls >= inp.max_polls:
                 return await self._end(inp, "budget_exhausted")  # no point sleeping first
@@ -292,10 +305,13 @@ class WatcherWorkflow:
             if (workflow.now() - st.started_at).total_seconds() + wait > inp.max_lifetime_s:
                 return await self._end(inp, "budget_exhausted")
             st.next_poll_at = workflow.now() + timedelta(seconds=wait)
+            workflow.set_current_details(watch_now(st))
             self._reconfigured = False
             with contextlib.suppress(TimeoutError):  # the interval passed: poll again
                 await workflow.wait_condition(
-                    lambda: self._cancelled or self._reconfigured, timeout=timedelta(seconds=wait)
+                    lambda: self._cancelled or self._reconfigured,
+                    timeout=timedelta(seconds=wait),
+                    timeout_summary=f"next poll ({every(st.poll_interval_s)})",
                 )
 
         if st.status == "waiting_approval":
@@ -303,6 +319,7 @@ class WatcherWorkflow:
                 await workflow.wait_condition(
                     lambda: self._decision is not None or self._cancelled,
                     timeout=timedelta(seconds=inp.approval_timeout_s),
+                    timeout_summary=f"{inp.gate_id}: waiting for the person's decision",
                 )
             except TimeoutError:
                 return await self._end(inp, "approval_timeout")
@@ -311,6 +328,7 @@ class WatcherWorkflow:
             if self._decision == "rejected":
                 return await self._end(inp, "rejected")
         st.status = "booking"
+        workflow.set_current_details(watch_now(st))
         booking = await self._write(
             StepCall(
                 signed=inp.signed,
@@ -322,6 +340,7 @@ class WatcherWorkflow:
         )
         notified = await self._notify(inp, self._choice)
         st.status = "done"
+        workflow.set_current_details(watch_now(st))
         return WatchResult(
             status="booked", polls=st.polls, booking_id=_booking_id(booking), notified=notified
         )
