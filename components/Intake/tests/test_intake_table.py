@@ -259,3 +259,46 @@ def test_intake_is_fast(intake: Intake) -> None:
         samples.append(time.perf_counter() - t0)
     samples.sort()
     assert samples[int(len(samples) * 0.95)] < 0.05  # generous here; bench has the real figure
+
+
+def test_a_follow_up_answers_the_one_free_text_question_with_the_whole_reply() -> None:
+    """Asked for one free-text value ("Which consulate?"), a bare reply is that value; a reply
+    that says something else understood is not taken for it; a first message never is."""
+    from datetime import UTC, datetime
+
+    from countersign.intake import Intake
+    from countersign.kernel import source_registry_dir
+    from countersign.registry import load_registry
+
+    intake = Intake(load_registry(source_registry_dir()))
+    now = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    known = {"date_from": "2027-03-01T09:00:00.000Z", "date_to": "2027-03-31T18:00:00.000Z"}
+    u = intake.understand("Lisbon.", received_at=now, intent="watch_visa_slots", known=known)
+    assert u.entities["consulate"] == "Lisbon" and u.ready
+    assert [(e.entity, e.words) for e in u.explained] == [("consulate", "Lisbon")]
+    other = intake.understand(
+        "check every 10 minutes", received_at=now, intent="watch_visa_slots", known=known
+    )
+    assert "consulate" not in other.entities and other.entities["poll_interval_s"] == 600
+    first = intake.understand("watch for a visa slot in march", received_at=now)
+    assert "consulate" not in first.entities
+
+
+def test_how_often_and_for_how_long_a_watcher_checks() -> None:
+    from datetime import UTC, datetime
+
+    from countersign.intake import Intake
+    from countersign.kernel import source_registry_dir
+    from countersign.registry import load_registry
+
+    intake = Intake(load_registry(source_registry_dir()))
+    now = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    for said, every, lifetime in [
+        ("watch the lisbon consulate in march, check every 2 seconds", 2, None),
+        ("watch the paris consulate in april hourly for up to 5 days", 3600, 5 * 86400),
+        ("watch the rome consulate in may every day for two weeks", 86400, 14 * 86400),
+    ]:
+        u = intake.understand(said, received_at=now)
+        assert u.intent == "watch_visa_slots", said
+        assert u.entities.get("poll_interval_s") == every, said
+        assert u.entities.get("max_lifetime_s") == lifetime, said

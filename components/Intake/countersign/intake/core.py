@@ -165,6 +165,7 @@ class Intake:
         known: Mapping[str, Any] | None = None,
     ) -> Understanding:
         """Read one message (``intent`` and ``known`` carry what earlier turns settled)."""
+        follow_up = intent is not None  # an earlier turn settled the intent and asked
         ranked = self.rank(text)
         top = ranked[0][1] if ranked else 0.0
         total = sum(max(s, 0.0) for _, s in ranked) or 1.0
@@ -210,6 +211,14 @@ class Intake:
                 value, words = got
                 entities[ent.name] = value
                 explained.append(Explained(ent.name, value, words))
+        missing = [e for e in spec.required if e.name not in entities]
+        if follow_up and len(missing) == 1 and missing[0].type == "string" and not explained:
+            # a reply in a conversation that was asked for one free-text value is that value
+            # ("Which country?" → "PT"), when nothing else in it was understood
+            answer = text.strip().strip(".!?").strip()
+            if 0 < len(answer) <= 200 and not any(n.entity == missing[0].name for n in needs):
+                entities[missing[0].name] = answer
+                explained.append(Explained(missing[0].name, answer, answer))
         for ent in spec.required:
             if ent.name not in entities and not any(n.entity == ent.name for n in needs):
                 needs.append(Need(ent.name, ent.question))
@@ -232,6 +241,15 @@ def _extract(name: str, kind: str, text: str, local: datetime, contacts: Sequenc
         return (m.group(1), m.group(0)) if m and name.startswith("notify") else None
     if kind == "integer" and name == "duration_min":
         return _duration(text)
+    if kind == "integer" and name == "poll_interval_s":
+        return _every(text)
+    if kind == "integer" and name == "max_lifetime_s":
+        m = re.search(
+            r"\b(?:for|within)\s+(?:up\s+to\s+|at\s+most\s+)?(\d+|" + "|".join(_NUMBERS) + r")"
+            r"\s+(hours?|days?|weeks?)\b",
+            text.lower(),
+        )
+        return (_number(m.group(1)) * _UNIT_S[m.group(2).rstrip("s")], m.group(0)) if m else None
     if kind == "integer" and name == "quantity":
         m = re.search(rf"\b{_BUY}\s+(\d+|" + "|".join(_NUMBERS) + r")\b", text.lower())
         return (_number(m.group(1)), m.group(0)) if m else None
@@ -260,6 +278,36 @@ def _extract(name: str, kind: str, text: str, local: datetime, contacts: Sequenc
         (start, end), words = window
         value = start if name in {"window_start", "date_from"} else end
         return (format_utc(value), words)
+    return None
+
+
+_UNIT_S = {
+    "second": 1,
+    "sec": 1,
+    "minute": 60,
+    "min": 60,
+    "hour": 3600,
+    "day": 86400,
+    "week": 604800,
+}
+_EVERY_WORD = {"hourly": 3600, "daily": 86400, "every hour": 3600, "every day": 86400}
+
+
+def _every(text: str) -> Got:
+    """How often to check: "every 2 seconds", "every 10 minutes", "hourly", "every day"."""
+    low = text.lower()
+    m = re.search(
+        r"\bevery\s+(\d+|"
+        + "|".join(_NUMBERS)
+        + r")\s+(seconds?|secs?|minutes?|mins?|hours?|days?)\b",
+        low,
+    )
+    if m:
+        unit = re.sub(r"s$", "", m.group(2))
+        return (_number(m.group(1)) * _UNIT_S[unit], m.group(0))
+    for words, seconds in _EVERY_WORD.items():
+        if re.search(rf"\b{words}\b", low):
+            return (seconds, words)
     return None
 
 
