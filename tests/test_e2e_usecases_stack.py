@@ -10,12 +10,15 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
@@ -331,3 +334,118 @@ def test_visa_watcher_in_the_browser(stack: Stack) -> None:
         finally:
             page.screenshot(path=str(SHOTS / "visa-booked.png"), full_page=True)
     assert len(stack.sandbox("visa")["bookings"]) == bookings_before + 1
+
+
+class _Holidays(BaseHTTPRequestHandler):
+    """A third-party public-holiday service (a stand-in on loopback)."""
+
+    def do_GET(self) -> None:
+        country = parse_qs(urlparse(self.path).query).get("country", [""])[0]
+        body = json.dumps(
+            {"country": country, "holidays": [{"date": "2026-12-08", "name": "Imaculada"}]}
+        ).encode()
+        self.send_response(200 if urlparse(self.path).path == "/holidays" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_connector_and_an_intent_added_by_registry_edits_alone(stack: Stack) -> None:
+    """A newcomer adds a read connector (a public-holiday lookup) and an intent that uses it
+    through ``PUT /v1/registry/…`` — no Python, no restart — and it is planned from a sentence,
+    previewed (the lookup really runs, read-only), approved and executed like the others."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Holidays)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        made = stack.cli("users", "add", "registry-admin", "--admin")
+        assert made.returncode == 0, made.stderr
+        admin = httpx.Client(
+            base_url=stack.base,
+            headers={"Authorization": f"Bearer {made.stdout.strip().splitlines()[-1]}"},
+            timeout=60,
+        )
+        connector = {
+            "id": "holidays.lookup",
+            "title": "Public holidays",
+            "description": "Public holidays of a country from a holiday service.",
+            "ops": {
+                "list": {
+                    "node": {"type": "n8n-nodes-base.httpRequest", "type_version": 4.2},
+                    "safety": "read",
+                    "previewable": True,
+                    "role": "Fetcher",
+                    "scopes": ["holidays.read"],
+                    "args": {"required": ["country"]},
+                    "params": {
+                        "method": {"const": "GET"},
+                        "url": {"const": f"http://127.0.0.1:{server.server_port}/holidays"},
+                        "sendQuery": {"const": True},
+                        "queryParameters.parameters[0].name": {"const": "country"},
+                        "queryParameters.parameters[0].value": {"arg": "country"},
+                    },
+                }
+            },
+        }
+        r = admin.put("/v1/registry/connectors/holidays.lookup", json=connector)
+        assert r.status_code == 200, r.text
+        intent = {
+            "name": "mail_public_holidays",
+            "title": "Mail the public holidays",
+            "description": "Look up the public holidays of a country and mail them after approval.",
+            "required": [
+                {"name": "country", "type": "string", "question": "Which country (e.g. PT)?"},
+                {"name": "notify_to", "type": "email", "question": "Who should get the mail?"},
+            ],
+            "steps": [
+                {
+                    "id": "lookup",
+                    "uses": "holidays.lookup",
+                    "call": "list",
+                    "args": {"country": "$entities.country"},
+                },
+                {
+                    "id": "mail",
+                    "uses": "@mail",
+                    "call": "send",
+                    "after": ["lookup"],
+                    "args": {
+                        "to": "$entities.notify_to",
+                        "subject": "Public holidays",
+                        "body": "The public holidays you asked for are in Countersign.",
+                    },
+                },
+            ],
+            "examples": ["mail me the public holidays of a country"],
+        }
+        r = admin.put("/v1/registry/intents/mail_public_holidays", json=intent)
+        assert r.status_code == 200, r.text
+        with stack.client() as alice:
+            first = alice.post(
+                "/v1/intents",
+                json={"text": "mail the public holidays to alice@example.com"},
+            ).json()
+            assert first["intent"] == "mail_public_holidays", first
+            assert [n["entity"] for n in first["needs"]] == ["country"], first
+            body = alice.post(
+                "/v1/intents",
+                json={"text": "PT", "conversation_id": first["conversation_id"]},
+            ).json()
+            assert body.get("plan_id"), body
+            plan_id = body["plan_id"]
+            looked = body["preview"]["normalized"]["steps"]["1"]
+            assert looked["country"] == "PT" and looked["holidays"][0]["name"] == "Imaculada"
+            assert body["gates"] == ["gate-A"]
+            assert not [m for m in stack.mails(ALICE) if m["subject"] == "Public holidays"]
+            token = alice.post(f"/v1/plans/{plan_id}/gates/gate-A/approve", json={}).json()
+            done = alice.post(
+                f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token["token"]}}
+            )
+            assert done.status_code == 202 and done.json()["status"] == "completed", done.text
+            sent = [m for m in stack.mails(ALICE) if m["subject"] == "Public holidays"]
+            assert len(sent) == 1
+    finally:
+        server.shutdown()

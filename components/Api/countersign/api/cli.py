@@ -58,7 +58,7 @@ def _print(doc: Any) -> None:
 def _stack(policy: Path | None = None) -> Any:
     from .stack import load_policy, open_stack  # noqa: PLC0415 - keeps `--help` fast
 
-    return open_stack(Settings(), policy=load_policy(policy))
+    return open_stack(Settings(), policy=load_policy(policy) if policy else None)
 
 
 def _with_runtime(policy: Path | None, fn: Callable[[Any], Coroutine[Any, Any, R]]) -> R:

@@ -39,7 +39,14 @@ from .registry_store import RegistryStore
 from .service import PlanService
 from .users import UserStore
 
-__all__ = ["SANDBOX_POLICY", "Stack", "build_app", "load_policy", "open_stack"]
+__all__ = [
+    "SANDBOX_POLICY",
+    "Stack",
+    "build_app",
+    "configured_credentials",
+    "load_policy",
+    "open_stack",
+]
 
 #: on embedded defaults, capabilities point at the sandbox providers (real ones are a setting)
 SANDBOX_POLICY: dict[str, Any] = {
@@ -94,7 +101,7 @@ def open_stack(
         db=db,
         registry=registry_store.current(),
         keyring=open_keyring(settings, now=clock(), create=True),
-        policy=policy or load_policy(None),
+        policy=policy or load_policy(settings.policy_file),
         transport=None,
         # the running sandbox's providers by default; settings name real ones
         connector_settings={
@@ -132,13 +139,22 @@ async def _smtp_credential(client: N8nClient, settings: Settings) -> CredentialR
     return CredentialRef(id=str(made["id"]), name=_SMTP_CREDENTIAL)
 
 
+def configured_credentials(settings: Settings) -> dict[str, CredentialRef]:
+    """The n8n credentials named in the settings (real providers), by credential type; they
+    take precedence over the sandbox's SMTP credential."""
+    return {
+        kind: CredentialRef(id=ref.id, name=ref.name)
+        for kind, ref in settings.n8n_credentials.items()
+    }
+
+
 @asynccontextmanager
 async def n8n_runtime(stack: Stack) -> AsyncIterator[StepTransport]:
     """The running n8n of the data folder as the step runtime (with its SMTP credential)."""
     handle = handle_from(stack.settings.home / "n8n")
     async with N8nClient(handle.base_url, handle.api_key) as client:
         cred = await _smtp_credential(client, stack.settings)
-        stack.service.use_credentials({"smtp": cred})
+        stack.service.use_credentials({"smtp": cred, **configured_credentials(stack.settings)})
         yield N8nTransport(client)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings", "source_registry_dir"]
@@ -25,6 +25,14 @@ def _default_home() -> Path:
 
 def _default_cache() -> Path:
     return Path(platformdirs.user_cache_dir("countersign", appauthor=False))
+
+
+class N8nCredential(BaseModel):
+    """An n8n credential by its id in n8n (and a name for people)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    name: str = "configured"
 
 
 class Settings(BaseSettings):
@@ -51,6 +59,12 @@ class Settings(BaseSettings):
     #: The Temporal Web UI the chat page links durable runs to; unset = the embedded dev
     #: server's (``countersign up`` serves it on the frontend port + 1000), none for a cluster.
     temporal_ui_url: str | None = None
+    #: The Policy the API and ``countersign up`` plan with (JSON/YAML; e.g. real providers:
+    #: ``providers: {calendar: google.calendar, mail: gmail}``); unset = the sandbox providers.
+    policy_file: Path | None = None
+    #: n8n credentials the generated nodes use, by n8n credential type: ``{"googleCalendarOAuth2Api":
+    #: {"id": "12", "name": "my google"}}`` (made in the n8n editor; secrets stay in n8n).
+    n8n_credentials: dict[str, N8nCredential] = Field(default_factory=dict)
     #: the sandbox providers' ports under ``countersign up``: ``default`` (CalDAV 5232, SMTP
     #: 2525, mailbox 8025, shop 8091, visa 8092) or ``free`` (picked at start; tests, a machine
     #: where the defaults are taken)
