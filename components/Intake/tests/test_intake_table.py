@@ -164,6 +164,388 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
     ),
     ("what's the weather like", None, {}, set()),
     ("tell me a joke", None, {}, set()),
+    # absolute dates, other phrasings, misspellings, two Carols, no intent at all
+    (
+        "schedule a 30 minute meeting with alice on 3 December called Retro",
+        "schedule_meeting",
+        {
+            "participants": ["alice@example.com"],
+            "duration_min": 30,
+            "window_start": "2026-12-03T09:00:00.000Z",
+            "window_end": "2026-12-03T18:00:00.000Z",
+            "title": "Retro",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with bob on December 3rd afternoon for an hour called Review",
+        "schedule_meeting",
+        {
+            "participants": ["bob@example.com"],
+            "duration_min": 60,
+            "window_start": "2026-12-03T13:00:00.000Z",
+            "window_end": "2026-12-03T18:00:00.000Z",
+            "title": "Review",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with dave on the 5th for 45 minutes called Plan",
+        "schedule_meeting",
+        {
+            "participants": ["dave@example.com"],
+            "duration_min": 45,
+            "window_start": "2026-12-05T09:00:00.000Z",
+            "window_end": "2026-12-05T18:00:00.000Z",
+            "title": "Plan",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with alice and bob on 2 jan 2027 morning called Kickoff for 30 minutes",
+        "schedule_meeting",
+        {
+            "participants": ["alice@example.com", "bob@example.com"],
+            "duration_min": 30,
+            "window_start": "2027-01-02T09:00:00.000Z",
+            "window_end": "2027-01-02T12:00:00.000Z",
+            "title": "Kickoff",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with alice on 20 November called Late for 30 minutes",
+        "schedule_meeting",
+        {
+            "participants": ["alice@example.com"],
+            "duration_min": 30,
+            "window_start": "2027-11-20T09:00:00.000Z",
+            "window_end": "2027-11-20T18:00:00.000Z",
+            "title": "Late",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with bob on the 30th of november for 30 minutes called Close",
+        "schedule_meeting",
+        {
+            "participants": ["bob@example.com"],
+            "duration_min": 30,
+            "window_start": "2026-11-30T09:00:00.000Z",
+            "window_end": "2026-11-30T18:00:00.000Z",
+            "title": "Close",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with alice on dec 1 after 2pm for 30 minutes called Start",
+        "schedule_meeting",
+        {
+            "participants": ["alice@example.com"],
+            "duration_min": 30,
+            "window_start": "2026-12-01T14:00:00.000Z",
+            "window_end": "2026-12-01T18:00:00.000Z",
+            "title": "Start",
+        },
+        set(),
+    ),
+    (
+        "set up a call with bob tomorrow for 20 minutes called Quick",
+        "schedule_meeting",
+        {
+            "participants": ["bob@example.com"],
+            "duration_min": 20,
+            "window_start": "2026-11-25T09:00:00.000Z",
+            "window_end": "2026-11-25T18:00:00.000Z",
+            "title": "Quick",
+        },
+        set(),
+    ),
+    (
+        "arrange a meeting with Alice Martin and Dave next monday afternoon for 1 hour called Sync",
+        MEETING,
+        {
+            "participants": ["alice@example.com", "dave@example.com"],
+            "duration_min": 60,
+            "window_start": "2026-11-30T13:00:00.000Z",
+            "window_end": "2026-11-30T18:00:00.000Z",
+            "title": "Sync",
+        },
+        set(),
+    ),
+    (
+        "meet with alice and bob on thursday for 90 minutes called Design",
+        MEETING,
+        {
+            "participants": ["alice@example.com", "bob@example.com"],
+            "duration_min": 90,
+            "window_start": "2026-11-26T09:00:00.000Z",
+            "window_end": "2026-11-26T18:00:00.000Z",
+            "title": "Design",
+        },
+        set(),
+    ),
+    (
+        "can you find 30 minutes with alice and bob next week",
+        "find_meeting_time",
+        {
+            "participants": ["alice@example.com", "bob@example.com"],
+            "duration_min": 30,
+            "window_start": "2026-11-30T09:00:00.000Z",
+            "window_end": "2026-12-04T18:00:00.000Z",
+        },
+        {"title"},
+    ),
+    (
+        "when are alice and bob both free tomorrow",
+        "find_meeting_time",
+        {
+            "participants": ["alice@example.com", "bob@example.com"],
+            "window_start": "2026-11-25T09:00:00.000Z",
+            "window_end": "2026-11-25T18:00:00.000Z",
+        },
+        {"title", "duration_min"},
+    ),
+    (
+        "schedule a meeting with carol young tomorrow for 30 minutes called Sync",
+        "schedule_meeting",
+        {
+            "participants": ["carol.young@example.com"],
+            "duration_min": 30,
+            "window_start": "2026-11-25T09:00:00.000Z",
+            "window_end": "2026-11-25T18:00:00.000Z",
+            "title": "Sync",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with carol and dave tomorrow for 30 minutes called Sync",
+        "schedule_meeting",
+        {
+            "duration_min": 30,
+            "window_start": "2026-11-25T09:00:00.000Z",
+            "window_end": "2026-11-25T18:00:00.000Z",
+            "title": "Sync",
+        },
+        {"participants"},
+    ),
+    (
+        "schedule a meeting with alice@example.com and erin@example.org this week for 30 minutes called Intro",
+        "schedule_meeting",
+        {
+            "participants": ["alice@example.com", "erin@example.org"],
+            "duration_min": 30,
+            "window_start": "2026-11-24T10:15:00.000Z",
+            "window_end": "2026-11-27T18:00:00.000Z",
+            "title": "Intro",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with alice in december for 2 hours called Planning",
+        {"find_meeting_time", "schedule_meeting"},
+        {},
+        set(),
+    ),
+    (
+        "schedule a 45-minute meeting with bob on friday evening called Drinks",
+        "schedule_meeting",
+        {
+            "participants": ["bob@example.com"],
+            "duration_min": 45,
+            "window_start": "2026-11-27T17:00:00.000Z",
+            "window_end": "2026-11-27T20:00:00.000Z",
+            "title": "Drinks",
+        },
+        set(),
+    ),
+    (
+        "sceduel a meeting with alice tomorow for 30 minutes called Sync",
+        "schedule_meeting",
+        {
+            "participants": ["alice@example.com"],
+            "duration_min": 30,
+            "window_start": "2026-11-25T09:00:00.000Z",
+            "window_end": "2026-11-25T18:00:00.000Z",
+            "title": "Sync",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with alice on wensday for 30 minutes called Sync",
+        "schedule_meeting",
+        {
+            "participants": ["alice@example.com"],
+            "duration_min": 30,
+            "window_start": "2026-11-25T09:00:00.000Z",
+            "window_end": "2026-11-25T18:00:00.000Z",
+            "title": "Sync",
+        },
+        set(),
+    ),
+    (
+        "shedule a meetng with dave tomorrow aftrenoon for an hour called Review",
+        "schedule_meeting",
+        {
+            "participants": ["dave@example.com"],
+            "duration_min": 60,
+            "window_start": "2026-11-25T13:00:00.000Z",
+            "window_end": "2026-11-25T18:00:00.000Z",
+            "title": "Review",
+        },
+        set(),
+    ),
+    (
+        "schedule a meeting with bob",
+        "schedule_meeting",
+        {"participants": ["bob@example.com"]},
+        {"window_end", "title", "window_start", "duration_min"},
+    ),
+    (
+        "schedule a meeting tomorrow for 30 minutes called Sync",
+        "schedule_meeting",
+        {
+            "duration_min": 30,
+            "window_start": "2026-11-25T09:00:00.000Z",
+            "window_end": "2026-11-25T18:00:00.000Z",
+            "title": "Sync",
+        },
+        {"participants"},
+    ),
+    (
+        "buy three office chairs under 300 euros",
+        "purchase_item",
+        {"query": "office chairs", "max_price": "300.00", "quantity": 3},
+        set(),
+    ),
+    (
+        "order 2 phone chargers for 25 eur",
+        "purchase_item",
+        {"query": "phone chargers", "max_price": "25.00", "quantity": 2},
+        set(),
+    ),
+    (
+        "buy a usb cable under $10",
+        "purchase_item",
+        {"query": "usb cable", "max_price": "10.00", "quantity": 1},
+        set(),
+    ),
+    (
+        "purchase 4 AA batteries max 12 euros and mail the receipt to bob@example.com",
+        "purchase_item",
+        {
+            "query": "AA batteries",
+            "max_price": "12.00",
+            "quantity": 4,
+            "notify_to": "bob@example.com",
+        },
+        set(),
+    ),
+    (
+        "i want to buy a keyboard",
+        "purchase_item",
+        {"query": "keyboard", "quantity": 1},
+        {"max_price"},
+    ),
+    (
+        "buy 1 monitor below 199.99 euros",
+        "purchase_item",
+        {"query": "monitor", "max_price": "199.99", "quantity": 1},
+        set(),
+    ),
+    (
+        "buy 2 notebooks for 7,50 €",
+        "purchase_item",
+        {"query": "notebooks", "max_price": "7.50", "quantity": 2},
+        set(),
+    ),
+    (
+        "purchace 2 usb cabels under 15 euros",
+        "purchase_item",
+        {"query": "usb cabels", "max_price": "15.00", "quantity": 2},
+        set(),
+    ),
+    ("buy something", "purchase_item", {"query": "something"}, {"quantity", "max_price"}),
+    (
+        "watch the madrid consulate for a visa appointment in april, check every 10 minutes",
+        "watch_visa_slots",
+        {
+            "consulate": "madrid",
+            "date_from": "2027-04-01T09:00:00.000Z",
+            "date_to": "2027-04-30T18:00:00.000Z",
+            "poll_interval_s": 600,
+        },
+        set(),
+    ),
+    (
+        "keep an eye on visa slots at the berlin consulate within two weeks hourly",
+        "watch_visa_slots",
+        {
+            "consulate": "berlin",
+            "date_from": "2026-11-24T10:15:00.000Z",
+            "date_to": "2026-12-08T18:00:00.000Z",
+            "poll_interval_s": 3600,
+            "max_lifetime_s": 1209600,
+        },
+        set(),
+    ),
+    (
+        "watch for visa slots in Lisbon on 15 January",
+        "watch_visa_slots",
+        {
+            "consulate": "lisbon",
+            "date_from": "2027-01-15T09:00:00.000Z",
+            "date_to": "2027-01-15T18:00:00.000Z",
+        },
+        set(),
+    ),
+    (
+        "watch teh lisbon consulat for a vissa slot in march",
+        "watch_visa_slots",
+        {
+            "consulate": "lisbon",
+            "date_from": "2027-03-01T09:00:00.000Z",
+            "date_to": "2027-03-31T18:00:00.000Z",
+        },
+        set(),
+    ),
+    (
+        "watch the rome consulate in may every day for two weeks",
+        "watch_visa_slots",
+        {
+            "consulate": "rome",
+            "date_from": "2027-05-01T09:00:00.000Z",
+            "date_to": "2027-05-31T18:00:00.000Z",
+            "poll_interval_s": 86400,
+            "max_lifetime_s": 1209600,
+        },
+        set(),
+    ),
+    ("watch for a visa slot", "watch_visa_slots", {}, {"date_to", "consulate", "date_from"}),
+    (
+        "book a visa appointment in lisbon or porto in february",
+        "book_visa_slot",
+        {
+            "consulates": ["lisbon", "porto"],
+            "date_from": "2027-02-01T09:00:00.000Z",
+            "date_to": "2027-02-28T18:00:00.000Z",
+        },
+        set(),
+    ),
+    (
+        "book the first visa slot in madrid in may",
+        "book_visa_slot",
+        {
+            "consulates": ["madrid"],
+            "date_from": "2027-05-01T09:00:00.000Z",
+            "date_to": "2027-05-31T18:00:00.000Z",
+        },
+        set(),
+    ),
+    ("what is the capital of france", None, {}, set()),
+    ("play some music", None, {}, set()),
+    ("remind me to call mom", None, {}, set()),
+    ("translate this to german", None, {}, set()),
 ]
 
 
@@ -228,6 +610,55 @@ def test_month_end_and_dst_are_resolved_in_the_callers_zone(intake: Intake) -> N
         contacts=CONTACTS,
     )
     assert u.entities["window_end"] == "2026-10-25T17:00:00.000Z"  # 18:00 CET (DST ended at 03:00)
+
+
+@pytest.mark.parametrize(
+    ("text", "received_at", "tz", "expected"),
+    [
+        # New York leaves DST on Sunday 1 Nov 2026: that afternoon starts 13:00 EST = 18:00Z
+        (
+            "schedule a meeting with bob tomorrow afternoon called X for 30 minutes",
+            datetime(2026, 10, 31, 15, 0, tzinfo=UTC),
+            "America/New_York",
+            {"window_start": "2026-11-01T18:00:00.000Z", "window_end": "2026-11-01T23:00:00.000Z"},
+        ),
+        # Auckland starts DST on Sunday 27 Sep 2026: 09:00 NZDT (+13) is 20:00Z the day before
+        (
+            "schedule a meeting with bob tomorrow morning called X for 30 minutes",
+            datetime(2026, 9, 26, 1, 0, tzinfo=UTC),
+            "Pacific/Auckland",
+            {"window_start": "2026-09-26T20:00:00.000Z", "window_end": "2026-09-26T23:00:00.000Z"},
+        ),
+        # a month end and a year end: "tomorrow" on 31 Dec, "on the 2nd" from 30 Nov
+        (
+            "schedule a meeting with bob tomorrow called X for 30 minutes",
+            datetime(2026, 12, 31, 12, 0, tzinfo=UTC),
+            "Europe/Lisbon",
+            {"window_start": "2027-01-01T09:00:00.000Z"},
+        ),
+        (
+            "schedule a meeting with bob on the 2nd called X for 30 minutes",
+            datetime(2026, 11, 30, 12, 0, tzinfo=UTC),
+            "UTC",
+            {"window_start": "2026-12-02T09:00:00.000Z"},
+        ),
+        # "on 29 February" in a year without one is not a date: it asks
+        (
+            "schedule a meeting with bob on 29 February 2027 called X for 30 minutes",
+            datetime(2026, 11, 30, 12, 0, tzinfo=UTC),
+            "UTC",
+            {},
+        ),
+    ],
+)
+def test_dates_across_dst_month_and_year_ends(
+    intake: Intake, text: str, received_at: datetime, tz: str, expected: dict[str, Any]
+) -> None:
+    u = intake.understand(text, received_at=received_at, tz=tz, contacts=CONTACTS)
+    for key, value in expected.items():
+        assert u.entities.get(key) == value, (key, u.entities)
+    if not expected:
+        assert "window_start" not in u.entities or not u.ready
 
 
 def test_known_entities_carry_over_between_turns(intake: Intake) -> None:

@@ -1,6 +1,19 @@
 """Intake: chat text → an intent and its entities, deterministic by default (BM25 over the
-registry's intents; typed entity extraction; the readiness gate's questions)."""
+registry's intents; typed entity extraction; the readiness gate's questions), with a seam for a
+model that proposes the intent (``IntentProposer``; its answers are checked, then used)."""
 
 from .core import Contact, Explained, Intake, Need, Understanding
+from .proposer import IntentProposer, Proposal, ProposalError, catalogue, check_proposal
 
-__all__ = ["Contact", "Explained", "Intake", "Need", "Understanding"]
+__all__ = [
+    "Contact",
+    "Explained",
+    "Intake",
+    "IntentProposer",
+    "Need",
+    "Proposal",
+    "ProposalError",
+    "Understanding",
+    "catalogue",
+    "check_proposal",
+]

@@ -19,10 +19,13 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from dateutil import parser as dateutil_parser
 from rank_bm25 import BM25Okapi
 
 from countersign.kernel import format_utc
 from countersign.registry import Registry
+
+from .proposer import IntentProposer, ProposalError, catalogue, check_proposal
 
 __all__ = ["Contact", "Explained", "Intake", "Need", "Understanding"]
 
@@ -34,6 +37,33 @@ _NUMBERS = {
     "thirty": 30, "forty": 40, "forty-five": 45, "sixty": 60, "ninety": 90,
 }  # fmt: skip
 #: verbs of buying, misspellings of "purchase" included
+#: common words spelling repair leaves alone (close to registry words, but not misspellings)
+_COMMON = frozenset(
+    [
+        "which",
+        "where",
+        "there",
+        "their",
+        "these",
+        "those",
+        "about",
+        "would",
+        "could",
+        "should",
+        "please",
+        "thanks",
+        "think",
+        "thing",
+        "things",
+        "other",
+        "under",
+        "after",
+        "before",
+        "since",
+        "while",
+        "whose",
+    ]
+)
 _BUY = r"(?:buy|order|get|purchase|purchse|purchace|purhcase)"
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _MONTHS = [
@@ -56,7 +86,11 @@ _STOP = {
     "in",
     "on",
     "at",
-}
+    # words that say nothing of which intent is meant (they occur in descriptions too)
+    "is", "are", "was", "be", "it", "its", "this", "that", "what", "who", "how", "can", "you",
+    "your", "do", "does", "some", "any", "or", "by", "from", "as", "so", "if", "then", "when",
+    "one", "we", "us", "our", "let", "lets", "let's", "want", "would", "like", "need",
+}  # fmt: skip
 _PARTS = {"morning": (9, 12), "afternoon": (13, 18), "evening": (17, 20)}
 WORK_DAY = (9, 18)
 
@@ -99,6 +133,8 @@ class Understanding:
     needs: list[Need]
     #: when no intent fits: what this registry can do (titles)
     can_do: list[str] = field(default_factory=list)
+    #: who decided: ``deterministic``, ``model``, or the deterministic fallback and why
+    source: str = "deterministic"
 
     @property
     def ready(self) -> bool:
@@ -137,6 +173,8 @@ class Intake:
             docs.append([_stem(t) for t in _tokens(text)])
         self.vocabulary = sorted({t for d in docs for t in d})
         self.bm25 = BM25Okapi(docs)
+        #: what a proposer may know of the registry (names, titles, entities; nothing else)
+        self.catalogue = catalogue(registry)
 
     # ---- which intent ---------------------------------------------------------------------------
     def rank(self, text: str) -> list[tuple[str, float]]:
@@ -144,7 +182,9 @@ class Intake:
         words = []
         for t in _tokens(text):
             s = _stem(t)
-            if s not in self.vocabulary and len(s) > 3 and "@" not in s:
+            # repair misspellings of the registry's words, never a short or common word into
+            # one ("what" is not "watch")
+            if s not in self.vocabulary and len(s) > 4 and "@" not in s and s not in _COMMON:
                 close = difflib.get_close_matches(s, self.vocabulary, n=1, cutoff=0.8)
                 s = close[0] if close else s
             words.append(s)
@@ -163,13 +203,32 @@ class Intake:
         contacts: Sequence[Contact] = (),
         intent: str | None = None,
         known: Mapping[str, Any] | None = None,
+        proposer: IntentProposer | None = None,
     ) -> Understanding:
-        """Read one message (``intent`` and ``known`` carry what earlier turns settled)."""
+        """Read one message (``intent`` and ``known`` carry what earlier turns settled). With a
+        ``proposer`` (a model), its checked proposal decides the intent and seeds the entities;
+        an invalid answer is asked again once, then the deterministic path answers."""
         follow_up = intent is not None  # an earlier turn settled the intent and asked
         ranked = self.rank(text)
         top = ranked[0][1] if ranked else 0.0
         total = sum(max(s, 0.0) for _, s in ranked) or 1.0
         confidence = max(top, 0.0) / total
+        source = "deterministic"
+        seeded: dict[str, Any] = {}
+        if proposer is not None:
+            proposal, why = self._propose(proposer, text, known or {}, received_at, tz)
+            if proposal is None:
+                source = f"deterministic (the model's answer was refused: {why})"
+            elif (p_intent := proposal[0]) is not None and intent in (None, p_intent):
+                _, p_entities, p_conf = proposal
+                if p_conf < self.threshold and intent is None:
+                    title = self.registry.intents[p_intent].title
+                    return Understanding(
+                        None, p_conf, ranked, {}, [],
+                        [Need("intent", f"Did you mean: {title}?", options=[p_intent])],
+                        source="model",
+                    )  # fmt: skip
+                intent, seeded, confidence, source = p_intent, p_entities, p_conf, "model"
         if intent is None:
             if top < self.min_score:
                 return Understanding(
@@ -199,12 +258,21 @@ class Intake:
         local = received_at.astimezone(zone)
         entities: dict[str, Any] = dict(known or {})
         explained: list[Explained] = []
+        for name, value in seeded.items():
+            if name not in entities:
+                entities[name] = value
+                explained.append(Explained(name, value, "proposed by the model"))
         needs: list[Need] = []
         spec = self.registry.intents[intent]
+        fixed = _repair_entity_words(text)
         for ent in [*spec.required, *spec.optional]:
             if ent.name in entities:
                 continue
-            got = _extract(ent.name, ent.type, text, local, contacts)
+            # dates, lengths and places read the repaired text; titles and queries as written
+            source_text = (
+                fixed if ent.type in {"datetime", "integer"} or ent.name == "consulate" else text
+            )
+            got = _extract(ent.name, ent.type, source_text, local, contacts)
             if isinstance(got, Need):
                 needs.append(got)
             elif got is not None:
@@ -222,7 +290,33 @@ class Intake:
         for ent in spec.required:
             if ent.name not in entities and not any(n.entity == ent.name for n in needs):
                 needs.append(Need(ent.name, ent.question))
-        return Understanding(intent, confidence, ranked, entities, explained, needs)
+        return Understanding(intent, confidence, ranked, entities, explained, needs, source=source)
+
+    def _propose(
+        self,
+        proposer: IntentProposer,
+        text: str,
+        known: Mapping[str, Any],
+        received_at: datetime,
+        tz: str,
+    ) -> tuple[tuple[str | None, dict[str, Any], float] | None, str]:
+        """The proposer's checked answer, asked at most twice; or None and why not."""
+        why = ""
+        for _ in range(2):
+            try:
+                raw = proposer.propose(
+                    text,
+                    catalogue=self.catalogue,
+                    known=dict(known),
+                    received_at=received_at,
+                    tz=tz,
+                )
+                return check_proposal(raw, self.registry), ""
+            except ProposalError as e:
+                why = str(e)
+            except Exception as e:
+                why = f"the model failed ({type(e).__name__})"
+        return None, why
 
 
 # ---- entities ------------------------------------------------------------------------------------
@@ -309,6 +403,29 @@ def _every(text: str) -> Got:
         if re.search(rf"\b{words}\b", low):
             return (seconds, words)
     return None
+
+
+#: the words entity extraction looks for, which misspellings are repaired to ("tomorow")
+_ENTITY_WORDS = [
+    "tomorrow", "today", "afternoon", "morning", "evening", "minutes", "hours", "consulate",
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "weeks",
+    *_MONTHS,
+]  # fmt: skip
+
+
+def _repair_entity_words(text: str) -> str:
+    """``text`` with misspelt date and entity words repaired (difflib, cutoff 0.8; words of five
+    letters or more; anything else untouched)."""
+
+    def fix(m: re.Match[str]) -> str:
+        word = m.group(0)
+        low = word.lower()
+        if len(low) < 5 or low in _ENTITY_WORDS:
+            return word
+        close = difflib.get_close_matches(low, _ENTITY_WORDS, n=1, cutoff=0.8)
+        return close[0] if close else word
+
+    return re.sub(r"[A-Za-z]+", fix, text)
 
 
 def _number(word: str) -> int:
@@ -411,6 +528,12 @@ def _window(text: str, local: datetime) -> tuple[tuple[datetime, datetime], str]
             start = local.replace(second=0, microsecond=0)
         return (start, _at(last, h2, zone)), words
 
+    absolute = _calendar_date(low, today)
+    if absolute is not None:
+        d, words = absolute
+        return span(
+            d, d, words + (f" {part}" if part else "") + (f" {after.group(0)}" if after else "")
+        )
     m = re.search(r"\bwithin\s+(?:the\s+next\s+)?(\w+)\s+(days?|weeks?)\b", low)
     if m:
         n = _number(m.group(1)) if m.group(1) in _NUMBERS or m.group(1).isdigit() else 1
@@ -449,6 +572,44 @@ def _window(text: str, local: datetime) -> tuple[tuple[datetime, datetime], str]
         last = (date(year + (month == 12), month % 12 + 1, 1)) - timedelta(days=1)
         first = max(today, first)
         return span(first, last, m.group(0))
+    return None
+
+
+_MON = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+_ORD = r"(?:st|nd|rd|th)?"
+_CALENDAR = re.compile(
+    rf"\b(?:on\s+)?(?:the\s+)?(?:\d{{1,2}}{_ORD}(?:\s+of)?\s+{_MON}|{_MON}\s+(?:the\s+)?\d{{1,2}}{_ORD})"
+    r"(?:,?\s+(?:\d{4}))?\b"
+)
+_DAY_OF_MONTH = re.compile(r"\bon\s+the\s+(\d{1,2})(?:st|nd|rd|th)\b")
+
+
+def _calendar_date(low: str, today: date) -> tuple[date, str] | None:
+    """A date written as a calendar date ("on 3 December", "Dec 3rd", "the 5th of january 2027",
+    "on the 5th"), parsed by dateutil; without a year, the next such day from ``today``."""
+    m = _CALENDAR.search(low)
+    if m:
+        said = m.group(0).strip()
+        cleaned = re.sub(r"^(?:on\s+)?(?:the\s+)?|\bof\b|\bthe\b", " ", said)
+        try:
+            parsed = dateutil_parser.parse(cleaned, default=datetime(today.year, 1, 1)).date()
+        except (ValueError, OverflowError):
+            return None
+        if not re.search(r"\d{4}", said) and parsed < today:
+            parsed = parsed.replace(year=parsed.year + 1)
+        return parsed, said
+    m = _DAY_OF_MONTH.search(low)
+    if m:
+        day = int(m.group(1))
+        year, month = today.year, today.month
+        for _ in range(13):  # the next month that has this day, from today on
+            try:
+                d = date(year, month, day)
+            except ValueError:
+                d = None
+            if d is not None and d >= today:
+                return d, m.group(0)
+            year, month = (year + 1, 1) if month == 12 else (year, month + 1)
     return None
 
 
