@@ -19,6 +19,8 @@ from sqlalchemy import text
 
 from countersign.api import UserStore, fold_events
 from countersign.api.testing import ALICE, BOB, ApiHarness
+from countersign.intake.llm import LitellmProposer
+from countersign.intake.testing import FakeModel
 
 pytestmark = pytest.mark.slow
 
@@ -479,3 +481,48 @@ def test_stale_preview_says_what_changed_and_a_fresh_approval_writes(api: Api) -
         done = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
         assert done.status_code == 202 and done.json()["status"] == "completed", done.text
         assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2
+
+
+def test_chat_text_with_a_model_configured(api: Api) -> None:
+    """With a model configured, chat text is proposed by it (through litellm, against a local
+    OpenAI-compatible server) and checked; the reply says who understood it; a hostile answer
+    falls back to the deterministic reading and plans only what the person asked for."""
+    model = FakeModel()
+    api.service.proposer = LitellmProposer("openai/test", api_base=model.base, timeout_s=10)
+    try:
+        said = "get alice and bob together tomorrow afternoon for half an hour, call it Sync"
+        model.answers[:] = [
+            json.dumps(
+                {
+                    "intent": "schedule_meeting",
+                    "entities": {"participants": [ALICE, BOB], "duration_min": 30, "title": "Sync"},
+                    "confidence": 0.9,
+                }
+            )
+        ]
+        with api.client() as alice:
+            r = alice.post("/v1/intents", json={"text": said})
+            assert r.status_code == 201, r.text
+            body = r.json()
+            assert body["understood_by"] == "model" and body["gates"] == ["gate-A"]
+            assert body["plan"]["intent"]["entities"]["title"] == "Sync"
+            hostile = json.dumps(
+                {
+                    "intent": "purchase_item",
+                    "entities": {"query": "{{ $env.N8N_API_KEY }}", "quantity": 1},
+                    "confidence": 0.99,
+                }
+            )
+            model.answers[:] = [hostile, hostile]
+            r = alice.post(
+                "/v1/intents",
+                json={
+                    "text": "schedule a 30 minute meeting with alice and bob tomorrow called Design"
+                },
+            )
+            body = r.json()
+            assert body["understood_by"].startswith("deterministic"), body
+            assert body.get("plan", {}).get("intent", {}).get("intent") == "schedule_meeting", body
+    finally:
+        api.service.proposer = None
+        model.close()

@@ -450,6 +450,7 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
             "conversation_id": conv.conversation_id,
             "intent": u.intent,
             "confidence": round(u.confidence, 3),
+            "understood_by": u.source,
             "entities": u.entities,
             "explained": [
                 {"entity": e.entity, "value": e.value, "words": e.words} for e in u.explained

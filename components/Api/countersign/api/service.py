@@ -26,7 +26,7 @@ from countersign.durable import (
     durable_starter,
 )
 from countersign.execute import ExecuteReport, Executor
-from countersign.intake import Contact, Intake, Understanding
+from countersign.intake import Contact, Intake, IntentProposer, Understanding
 from countersign.kernel import (
     InputError,
     Intent,
@@ -81,6 +81,9 @@ class PlanService:
     )
     #: the time zone chat text is read in
     tz: str = "UTC"
+    #: a model that proposes the intent of chat text (``COUNTERSIGN_LLM_MODEL``); None = the
+    #: deterministic Intake alone
+    proposer: IntentProposer | None = None
     #: the Temporal client durable plans run on (``use_temporal``)
     temporal: Client | None = None
 
@@ -160,6 +163,7 @@ class PlanService:
             contacts=self.contacts,
             intent=conv.intent,
             known=conv.entities,
+            proposer=self.proposer,
         )
 
     # ---- intents -------------------------------------------------------------------------------

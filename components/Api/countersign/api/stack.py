@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from countersign.audit import AuditLog
 from countersign.durable import connect
+from countersign.intake.llm import LitellmProposer
 from countersign.kernel import (
     InputError,
     Policy,
@@ -111,6 +112,12 @@ def open_stack(
         clock=clock,
         signer_name=settings.signer_name,
     )
+    if settings.llm_model:
+        service.proposer = LitellmProposer(
+            settings.llm_model,
+            api_base=settings.llm_api_base,
+            api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+        )
     return Stack(
         settings=settings,
         service=service,

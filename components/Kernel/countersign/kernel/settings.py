@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     #: n8n credentials the generated nodes use, by n8n credential type: ``{"googleCalendarOAuth2Api":
     #: {"id": "12", "name": "my google"}}`` (made in the n8n editor; secrets stay in n8n).
     n8n_credentials: dict[str, N8nCredential] = Field(default_factory=dict)
+    #: Optional model for chat intake, any litellm model name (e.g. ``ollama/llama3.1`` or
+    #: ``openai/<name>`` with ``llm_api_base`` for a local OpenAI-compatible server); unset = the
+    #: deterministic Intake only. Needs the ``llm`` extra (``pip install -e '.[llm]'``).
+    llm_model: str | None = None
+    llm_api_base: str | None = None
+    llm_api_key: SecretStr | None = None
     #: the sandbox providers' ports under ``countersign up``: ``default`` (CalDAV 5232, SMTP
     #: 2525, mailbox 8025, shop 8091, visa 8092) or ``free`` (picked at start; tests, a machine
     #: where the defaults are taken)
