@@ -336,6 +336,44 @@ def test_visa_watcher_in_the_browser(stack: Stack) -> None:
     assert len(stack.sandbox("visa")["bookings"]) == bookings_before + 1
 
 
+def test_a_watcher_cancelled_from_its_card_ends_and_books_nothing(stack: Stack) -> None:
+    bookings_before = len(stack.sandbox("visa")["bookings"])
+    with chromium() as browser:
+        page = browser.new_page()
+        login = stack.cli("login-link", "--port", stack.base.rsplit(":", 1)[1])
+        page.goto(login.stdout.strip().splitlines()[-1])
+        page.fill(
+            "#text", "watch the madrid consulate for a visa slot in june, check every 5 minutes"
+        )
+        page.press("#text", "Enter")
+        page.get_by_role("button", name="Start watching").click()
+        page.wait_for_selector("a:has-text('in the Temporal UI')", timeout=30_000)
+        page.get_by_role("button", name="Cancel plan").click()
+        page.wait_for_selector("text=/cancelled/", timeout=30_000)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "visa-cancelled.png"), full_page=True)
+        plan_id = page.locator("section.card").get_attribute("data-plan")
+    with stack.client() as alice:
+        shown = alice.get(f"/v1/plans/{plan_id}")
+        assert shown.status_code == 404  # the browser's user is not alice: her view has no card
+    # the run ended through Temporal's cancellation and recorded it (the plan's log says so)
+    events = stack.cli("events", str(plan_id))
+    kinds = [json.loads(line)["kind"] for line in events.stdout.splitlines() if line.strip()]
+    assert "plan_cancelled" in kinds
+    assert _until(
+        lambda: (
+            "durable_finished"
+            in [
+                json.loads(line)["kind"]
+                for line in stack.cli("events", str(plan_id)).stdout.splitlines()
+                if line.strip()
+            ]
+        ),
+        30,
+    )
+    assert len(stack.sandbox("visa")["bookings"]) == bookings_before
+
+
 class _Holidays(BaseHTTPRequestHandler):
     """A third-party public-holiday service (a stand-in on loopback)."""
 

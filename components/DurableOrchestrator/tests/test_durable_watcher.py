@@ -326,8 +326,14 @@ def test_cancel_mid_watch_and_reconfigure(
     assert set(sandbox.windows) == {("2027-03-01T00:00:00Z", "2027-03-31T00:00:00Z")}
 
 
+@pytest.mark.parametrize("when", ["waiting", "at once"])
 def test_temporal_cancellation_records_the_outcome_and_ends_canceled(
-    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    sandbox: VisaSandbox,
+    smtp_server: SmtpSink,
+    when: str,
 ) -> None:
     """The Temporal UI's "Request Cancellation" (or the API's cancel) ends the run CANCELED, and
     the plan's log says so (``durable_finished`` cancelled) — before, the run ended with nothing
@@ -335,8 +341,9 @@ def test_temporal_cancellation_records_the_outcome_and_ends_canceled(
 
     async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
         handle = await _start(env, doc)
-        await env.sleep(timedelta(hours=3))
-        await handle.cancel()
+        if when == "waiting":
+            await env.sleep(timedelta(hours=3))
+        await handle.cancel()  # "at once": while its first activity (verify) is in flight
         with pytest.raises(WorkflowFailureError) as ended:
             await handle.result()
         assert isinstance(ended.value.cause, CancelledError)

@@ -287,7 +287,7 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
     ),
     (
         "can you find 30 minutes with alice and bob next week",
-        "find_meeting_time",
+        MEETING,
         {
             "participants": ["alice@example.com", "bob@example.com"],
             "duration_min": 30,
@@ -298,7 +298,7 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
     ),
     (
         "when are alice and bob both free tomorrow",
-        "find_meeting_time",
+        MEETING,
         {
             "participants": ["alice@example.com", "bob@example.com"],
             "window_start": "2026-11-25T09:00:00.000Z",

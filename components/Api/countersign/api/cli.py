@@ -254,7 +254,7 @@ def register(app: typer.Typer) -> None:
     @app.command("events")
     def events_cmd(
         plan_id: Annotated[str, typer.Argument()],
-        follow: Annotated[bool, typer.Option("--follow/--no-follow")] = True,
+        follow: Annotated[bool, typer.Option("--follow/--no-follow")] = False,
         user: UserOpt = DEFAULT_USER,
     ) -> None:
         """Print the plan's events (one JSON line each); ``--follow`` waits for new ones."""

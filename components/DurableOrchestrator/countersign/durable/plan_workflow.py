@@ -18,7 +18,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from countersign.kernel import Plan, PlanStep
@@ -167,12 +167,14 @@ class PlanExecutionWorkflow:
     async def run(self, inp: PlanInput) -> PlanRunResult:
         try:
             result = await self._run(inp)
-        except asyncio.CancelledError:
-            # Temporal's own cancellation (the UI's "Request Cancellation", the API's cancel):
-            # record the outcome, then end CANCELED (histories from before replay unchanged)
-            if workflow.patched(CANCEL_PATCH):
-                await finish(inp.signed, inp.user_id, "cancelled", self._timeout())
-            raise
+        except (asyncio.CancelledError, ActivityError, ApplicationError) as e:
+            # Temporal's own cancellation (the UI's "Request Cancellation", the API's cancel) —
+            # raised as such, or as the cancelled activity it interrupted: record the outcome,
+            # then end CANCELED (histories from before replay unchanged)
+            if not is_cancelled_exception(e) or not workflow.patched(CANCEL_PATCH):
+                raise
+            await finish(inp.signed, inp.user_id, "cancelled", self._timeout())
+            raise asyncio.CancelledError from e
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result
 

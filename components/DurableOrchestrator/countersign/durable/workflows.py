@@ -19,7 +19,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from .activities import DurableActivities
@@ -231,12 +231,14 @@ class WatcherWorkflow:
     async def run(self, inp: WatchInput) -> WatchResult:
         try:
             result = await self._run(inp)
-        except asyncio.CancelledError:
-            # Temporal's own cancellation (the UI's "Request Cancellation", the API's cancel):
-            # record the outcome, then end CANCELED (histories from before replay unchanged)
-            if workflow.patched(CANCEL_PATCH):
-                await finish(inp.signed, inp.user_id, "cancelled", self._timeout())
-            raise
+        except (asyncio.CancelledError, ActivityError, ApplicationError) as e:
+            # Temporal's own cancellation (the UI's "Request Cancellation", the API's cancel) —
+            # raised as such, or as the cancelled activity it interrupted: record the outcome,
+            # then end CANCELED (histories from before replay unchanged)
+            if not is_cancelled_exception(e) or not workflow.patched(CANCEL_PATCH):
+                raise
+            await finish(inp.signed, inp.user_id, "cancelled", self._timeout())
+            raise asyncio.CancelledError from e
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result
 
@@ -284,7 +286,9 @@ class WatcherWorkflow:
                     summary=f"poll {st.polls + 1}: step {inp.watch_step}",
                 )
                 st.errors = 0
-            except ActivityError:
+            except ActivityError as e:
+                if is_cancelled_exception(e):
+                    raise  # the run is being cancelled: not a failed poll
                 seen = None
                 st.errors += 1
             st.polls += 1

@@ -111,6 +111,16 @@ function card(doc, preview, changes) {
   plan.graph.filter((s) => s.gate_id).forEach((g, i) => box.append(i === 0 && !durable ? gate(doc, g, reads) : later(doc, g)));
   const status = el("p", { class: "meta", role: "status", "aria-live": "polite", id: `status-${plan.plan_id}` });
   box.append(status);
+  const stop = el("button", { type: "button", class: "cancel", onclick: async () => {
+    stop.disabled = true;
+    try {
+      await api("POST", `/v1/plans/${plan.plan_id}/cancel`);
+      for (const b of box.querySelectorAll("button")) b.disabled = true;
+      const s = document.getElementById(`status-${plan.plan_id}`);
+      if (!s || !s.textContent.startsWith("finished")) note(plan.plan_id, "cancelled: nothing more of it runs");
+    } catch (e) { note(plan.plan_id, `refused: ${e.message}`); stop.disabled = false; }
+  } }, "Cancel plan");
+  box.append(el("p", {}, stop));
   if (doc.workflow_id) box.append(temporalLink(doc.workflow_id));
   return box;
 }
