@@ -86,7 +86,7 @@ class Run:
     def meeting(self, i: int) -> tuple[float, float]:
         title = f"Bench meeting {i}"
         took, body = self.say(
-            f"schedule a 30 minute meeting with Alice and Bob tomorrow afternoon called {title}"
+            f"schedule a 30 minute meeting with Alice and Bob within two weeks called {title}"
         )
         slot = body["preview"]["normalized"]["steps"]["3"]["slots"][0]["start"]
         end = (
