@@ -9,6 +9,7 @@ exhausted; every run replays from its recorded history.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -389,6 +390,36 @@ def test_golden_histories_replay(name: str) -> None:
     asyncio.run(replayer().replay_workflow(history))
 
 
+def _golden_facts(name: str) -> tuple[str, list[str], list[list[str]]]:
+    """A golden history's workflow type, its patch markers, and the activities each workflow task
+    scheduled."""
+    events = json.loads((HISTORIES / name).read_text())["history"]["events"]
+    wf_type = events[0]["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]
+    patches: list[str] = []
+    by_task: dict[str, list[str]] = {}
+    for e in events:
+        if marker := e.get("markerRecordedEventAttributes"):
+            data = marker["details"]["patch-data"]["payloads"][0]["data"]
+            patches.append(json.loads(base64.b64decode(data))["id"])
+        if sched := e.get("activityTaskScheduledEventAttributes"):
+            by_task.setdefault(sched["workflowTaskCompletedEventId"], []).append(
+                sched["activityType"]["name"]
+            )
+    return wf_type, patches, list(by_task.values())
+
+
+@pytest.mark.parametrize(
+    "name", ["plan_parallel_one_scheduler_v1.json", "plan_saga_one_scheduler_v1.json"]
+)
+def test_golden_histories_cover_the_one_scheduler_with_parallel_steps(name: str) -> None:
+    """The plan interpreter's shared-scheduler path has checked-in histories (replayed above):
+    recorded under ``one-scheduler-v1``, with two reads started in one workflow task."""
+    wf_type, patches, by_task = _golden_facts(name)
+    assert wf_type == "PlanExecutionWorkflow" and "one-scheduler-v1" in patches
+    assert ["poll", "poll"] in by_task
+    assert "one-scheduler-v1" not in _golden_facts("plan_completed_finish_v1.json")[1]
+
+
 @pytest.mark.slow
 def test_real_dev_server_restart_keeps_the_watcher(
     db: Database,
@@ -718,7 +749,9 @@ def test_plan_interpreter_parallel_reads_gate_write_notify(
             PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
         )
         result = await handle.result()
-        await _replay(env, wid, "plan_completed_finish_v1.json")
+        # recorded on the shared scheduler (one-scheduler-v1); plan_completed_finish_v1.json
+        # is the same run from before it (the wave loop) and stays as it is
+        await _replay(env, wid, "plan_parallel_one_scheduler_v1.json")
         return result
 
     result = _plan_scenario(db, registry, keyring, settings, doc, body)
@@ -760,7 +793,7 @@ def test_plan_saga_compensates_the_booking_when_the_mail_fails(
             PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
         )
         result = await handle.result()
-        await _replay(env, handle.id)
+        await _replay(env, handle.id, "plan_saga_one_scheduler_v1.json")
         return result
 
     result = _plan_scenario(db, registry, keyring, settings, doc, body)

@@ -244,8 +244,11 @@ class PlanExecutionWorkflow:
         done_writes: list[DoneWrite],
     ) -> tuple[str | None, int | None]:
         """The one scheduler (``countersign.steps.run_dag``): each step starts as soon as its own
-        dependencies are done; the first failure or closed gate stops new starts."""
-        failed: list[int] = []
+        dependencies are done; the first failure or closed gate stops new starts. When several
+        steps fail (or a gate closes) in one wake-up, ``run_dag`` raises the lowest step's, and the
+        failed step reported is the one whose exception was raised — never an order that a replay
+        could see differently."""
+        failed: dict[int, BaseException] = {}
 
         async def one(step: PlanStep, _known: Mapping[int, Any]) -> Any:
             n = step.step
@@ -254,9 +257,9 @@ class PlanExecutionWorkflow:
             except _GateClosedError as e:
                 self._status[n] = e.status
                 raise
-            except BaseException:
+            except BaseException as e:
                 self._status[n] = "failed"
-                failed.append(n)
+                failed[n] = e
                 raise
             self._finished(n, graph[n], r, outputs, done_writes)
             return r
@@ -266,8 +269,9 @@ class PlanExecutionWorkflow:
             await run_dag(plan, sorted(graph), one)
         except _GateClosedError as e:
             return e.status, None
-        except Exception:
-            return None, failed[0] if failed else min(graph)
+        except Exception as e:
+            raised = [n for n, x in failed.items() if x is e]
+            return None, raised[0] if raised else min(failed, default=min(graph))
         return None, None
 
     async def _waves(

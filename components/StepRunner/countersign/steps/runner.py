@@ -2,7 +2,10 @@
 
 ``run_dag`` is the scheduler (pure asyncio, no I/O of its own): a step starts as soon as every
 step it depends on (within the chosen set) has finished; the first failure stops new starts, lets
-running steps finish, and is raised with the outputs gathered so far. ``N8nStepRunner`` runs one
+running steps finish, and is raised with the outputs gathered so far. Deterministic for the same
+order of completions (it runs inside a Temporal workflow, where a replay must decide alike): steps
+that finish in one wake-up are handled in step order, so when several fail together the lowest
+step's failure is the one raised. ``N8nStepRunner`` runs one
 step: build its step workflow, deploy it once, render the data values, call the webhook, normalize
 the output.
 """
@@ -87,7 +90,8 @@ async def run_dag(
     """Run ``steps`` of ``plan`` respecting ``after``; return every step's output.
 
     Dependencies outside ``steps`` must already be in ``outputs`` (or are gates, whose result is
-    the person's choice and not an output).
+    the person's choice and not an output). The failure raised is that of the lowest-numbered step
+    among those that failed in the earliest wake-up with a failure; later failures are dropped.
     """
     done: dict[int, Any] = dict(outputs or {})
     chosen = set(steps)
@@ -111,7 +115,10 @@ async def run_dag(
                 break
             raise StepFailedError(min(pending), "its dependencies can never complete", outputs=done)
         finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-        for task in finished:
+        # Steps that finished in the same wake-up are handled in step order, never in set order:
+        # a set of tasks iterates by object hash (a memory address), which differs between a
+        # Temporal run and its replay — the first failure raised must be the same in both.
+        for task in sorted(finished, key=running.__getitem__):
             n = running.pop(task)
             exc = task.exception()
             if exc is None:
