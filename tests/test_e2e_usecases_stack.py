@@ -372,6 +372,9 @@ def test_a_watcher_cancelled_from_its_card_ends_and_books_nothing(stack: Stack) 
         30,
     )
     assert len(stack.sandbox("visa")["bookings"]) == bookings_before
+    # nothing ended unrecorded: the reconciler (also run when the API starts) finds nothing
+    swept = stack.cli("reconcile")
+    assert swept.returncode == 0 and swept.stdout.strip() == "", swept.stdout + swept.stderr
 
 
 class _Holidays(BaseHTTPRequestHandler):

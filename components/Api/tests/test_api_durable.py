@@ -235,3 +235,77 @@ def test_cancel_reaches_a_running_watcher(
     finally:
         stop.set()
         worker.join(15)
+
+
+def test_a_run_terminated_outside_is_reconciled(
+    n8n: N8nHandle,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    radicale: Radicale,
+    smtp_server: SmtpSink,
+    api_smtp_credential: CredentialRef,
+    sandbox: VisaSandbox,
+    temporal: str,
+) -> None:
+    """Terminate (from the Temporal UI or CLI) runs no workflow code, so nothing is recorded;
+    ``reconcile_durable`` (run when the API starts, and ``countersign reconcile``) records how the
+    run ended, once, and leaves running runs alone."""
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp_server.host,
+        "smtp_port": str(smtp_server.port),
+    }
+    acts = DurableActivities(
+        db,
+        keys=keyring,
+        registry=registry,
+        settings={"smtp_from": "cs@example.com", **settings},
+        clock=system_clock,
+    )
+    stop = threading.Event()
+    worker = _worker(temporal, acts, stop)
+    try:
+        with (
+            harness(
+                n8n,
+                db,
+                registry,
+                keyring,
+                radicale,
+                smtp_server,
+                api_smtp_credential,
+                settings=settings,
+                temporal_connect=lambda: connect(temporal),
+            ) as api,
+            api.client() as alice,
+        ):
+            ended = alice.post("/v1/intents", json=_watch()).json()["plan_id"]
+            running = alice.post("/v1/intents", json=_watch(days=20)).json()["plan_id"]
+            for plan_id in (ended, running):
+                r = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+                assert r.json()["status"] == "handed_off", r.text
+
+            async def terminate_and_reconcile() -> tuple[Any, Any]:
+                client = await connect(temporal)
+                await client.get_workflow_handle(f"watch-{ended}").terminate("an operator")
+                api.service.use_temporal(client)
+                return (
+                    await api.service.reconcile_durable(),
+                    await api.service.reconcile_durable(),
+                )
+
+            first, again = asyncio.run(terminate_and_reconcile())
+            assert [(r["plan_id"], r["outcome"]) for r in first] == [(ended, "terminated")]
+            assert again == ()  # once
+            assert alice.get(f"/v1/plans/{ended}").json()["status"] == "failed"
+            assert alice.get(f"/v1/plans/{running}").json()["status"] != "failed"
+            kinds = [
+                (e["kind"], e["status"])
+                for e in alice.get("/v1/audit", params={"plan_id": ended}).json()["items"]
+            ]
+            assert kinds[-1] == ("durable_finished", "terminated")
+            assert sandbox.bookings == {}
+    finally:
+        stop.set()
+        worker.join(15)

@@ -112,3 +112,69 @@ def test_json_schemas_are_current() -> None:
         models, folder, update=os.environ.get("COUNTERSIGN_UPDATE_SCHEMAS") == "1"
     )
     assert not stale, f"schemas out of date: {stale}; rerun with COUNTERSIGN_UPDATE_SCHEMAS=1"
+
+
+def _signed_doc(**step_args: Any) -> dict[str, Any]:
+    plan = {
+        "plan_id": "01JDQ3Z0000000000000000001",
+        "intent": BASE,
+        "graph": [
+            {
+                "step": 1,
+                "mode": "interactive",
+                "role": "Fetcher",
+                "uses": "calendar",
+                "call": "free_busy",
+                "args": step_args,
+                "dry_run": True,
+            }
+        ],
+        "constraints": {"ttl_s": 600},
+        "plugins": ["calendar"],
+        "meta": {
+            "created_at": "2026-11-22T10:00:00.000Z",
+            "planner_version": "1",
+            "registry_version": "a" * 64,
+            "policy_version": "b" * 64,
+            "evidence_hash": "c" * 64,
+        },
+    }
+    envelope = {
+        "algo": "Ed25519",
+        "signer": "planner@system",
+        "ts": "2026-11-22T10:00:00.000Z",
+        "nonce": "01JDQ3Z0000000000000000002",
+        "signature": "A" * 86 + "==",
+        "pubkey_id": "k1",
+    }
+    return {"plan": plan, "signature": envelope, "plan_hash": "d" * 64}
+
+
+def test_signed_plans_are_equal_by_their_fields_whether_or_not_canonical_was_computed() -> None:
+    """The canonical bytes are a cache, not part of the value: two equal signed plans compare
+    equal however far each got (one read ``canonical``, one did not, one came from the signer's
+    parts with its bytes handed in)."""
+    doc = _signed_doc(attendees=["a@example.com"])
+    computed, fresh = SignedPlan.model_validate(doc), SignedPlan.model_validate(doc)
+    assert computed.canonical == canonical_bytes(computed.plan.to_json())
+    assert computed == fresh and fresh == computed
+    seeded = SignedPlan.of(fresh.plan, fresh.signature, fresh.plan_hash, computed.canonical)
+    assert seeded == fresh == computed and [fresh] == [seeded]
+    other = SignedPlan.model_validate(_signed_doc(attendees=["b@example.com"]))
+    assert other != computed and computed != other
+    assert SignedPlan.model_validate({**doc, "plan_hash": "e" * 64}) != fresh
+    assert computed != doc  # a document is not a SignedPlan
+
+
+def test_canonical_always_follows_the_plan_it_is_read_from() -> None:
+    """A copy with another plan never serves the bytes cached for the first one (they would be
+    the bytes of a plan it does not carry)."""
+    first = SignedPlan.model_validate(_signed_doc(attendees=["a@example.com"]))
+    assert first.canonical  # cached now
+    altered = Plan.model_validate(_signed_doc(attendees=["mallory@example.com"])["plan"])
+    copy = first.model_copy(update={"plan": altered})
+    assert copy.canonical == canonical_bytes(altered.to_json()) != first.canonical
+    assert first.model_copy().canonical == first.canonical
+    seeded = SignedPlan.of(first.plan, first.signature, first.plan_hash, first.canonical)
+    moved = seeded.model_copy(update={"plan": altered})
+    assert moved.canonical == canonical_bytes(altered.to_json())

@@ -335,6 +335,10 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
                 service.use_transport(await stack.enter_async_context(cfg.runtime()))
             if cfg.temporal_connect is not None:
                 service.use_temporal(await cfg.temporal_connect())
+                # runs terminated from the Temporal UI while the API was away get their end
+                # recorded (best effort: a failure here must not keep the API from starting)
+                with contextlib.suppress(CountersignError):
+                    await service.reconcile_durable()
             if hub is not None:
                 await hub.start()
                 stack.push_async_callback(hub.stop)

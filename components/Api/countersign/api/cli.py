@@ -8,6 +8,7 @@ malformed input; 3 needs more input. Errors are one line on stderr.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -19,6 +20,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 
 from countersign.kernel import CountersignError, InputError, PlanningError, Settings
+from countersign.kernel.process import ServiceError
 
 __all__ = ["register", "users_app"]
 
@@ -61,8 +63,39 @@ def _stack(policy: Path | None = None) -> Any:
     return open_stack(Settings(), policy=load_policy(policy) if policy else None)
 
 
+async def _use_temporal(stack: Any) -> None:
+    """Connect the service to Temporal (durable plans: approve / reject / cancel reach the
+    running workflow); when Temporal is not reachable, durable operations say so."""
+    from countersign.durable import connect  # noqa: PLC0415
+
+    settings = stack.settings
+    with contextlib.suppress(ServiceError):
+        stack.service.use_temporal(
+            await connect(
+                settings.temporal_address,
+                namespace=settings.temporal_namespace,
+                tls_cert=settings.temporal_tls_cert,
+                tls_key=settings.temporal_tls_key,
+            )
+        )
+
+
+def _with_temporal(fn: Callable[[Any], Coroutine[Any, Any, R]]) -> R:
+    """Run ``fn(service)`` with the service connected to Temporal (no step runtime)."""
+    stack = _stack()
+
+    async def go() -> R:
+        await _use_temporal(stack)
+        return await fn(stack.service)
+
+    try:
+        return asyncio.run(go())
+    finally:
+        stack.service.db.dispose()
+
+
 def _with_runtime(policy: Path | None, fn: Callable[[Any], Coroutine[Any, Any, R]]) -> R:
-    """Run ``fn(service)`` with n8n as the step runtime."""
+    """Run ``fn(service)`` with n8n as the step runtime and Temporal connected."""
     from .stack import n8n_runtime  # noqa: PLC0415
 
     stack = _stack(policy)
@@ -70,6 +103,7 @@ def _with_runtime(policy: Path | None, fn: Callable[[Any], Coroutine[Any, Any, R
     async def go() -> R:
         async with n8n_runtime(stack) as transport:
             stack.service.use_transport(transport)
+            await _use_temporal(stack)
             return await fn(stack.service)
 
     try:
@@ -248,8 +282,19 @@ def register(app: typer.Typer) -> None:
 
     @app.command("cancel")
     def cancel_cmd(plan_id: Annotated[str, typer.Argument()], user: UserOpt = DEFAULT_USER) -> None:
-        """Cancel a plan: nothing more of it runs."""
-        _guard(lambda: _print(asyncio.run(_stack().service.cancel(plan_id, user))))
+        """Cancel a plan: nothing more of it runs (a run on Temporal is cancelled there)."""
+        _guard(lambda: _print(_with_temporal(lambda s: s.cancel(plan_id, user))))
+
+    @app.command("reconcile")
+    def reconcile_cmd() -> None:
+        """Record the end of durable runs that ended outside Countersign (terminated from the
+        Temporal UI or CLI, timed out); prints what was recorded, one JSON line each."""
+
+        def body() -> None:
+            for row in _with_temporal(lambda s: s.reconcile_durable(actor="countersign reconcile")):
+                sys.stdout.write(json.dumps(row) + "\n")
+
+        _guard(body)
 
     @app.command("events")
     def events_cmd(

@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import BadCursorError
 
-__all__ = ["PlanState", "decode_cursor", "encode_cursor", "fold_events"]
+__all__ = ["PlanState", "decode_cursor", "encode_cursor", "ended_outcome", "fold_events"]
 
 #: event kind → the plan status it moves to (kinds not listed leave the status as it was:
 #: refusals, token issues, reconciliations)
@@ -51,10 +51,28 @@ _ENDS = {
     "rejected": "rejected",
     "approval_timeout": "rejected",
     "cancelled": "cancelled",
+    "terminated": "failed",
+    "timed_out": "failed",
     "expired": "expired",
     "refused": "refused",
     "waiting": "waiting",
 }
+
+
+#: how a Temporal run that ended without recording it ended (its execution status) → the outcome
+#: recorded and the plan's status; running ones are not ended
+_TEMPORAL_ENDS = {
+    "TERMINATED": ("terminated", "failed"),
+    "TIMED_OUT": ("timed_out", "failed"),
+    "FAILED": ("failed", "failed"),
+    "CANCELED": ("cancelled", "failed"),
+    "COMPLETED": ("completed", "completed"),
+}
+
+
+def ended_outcome(execution_status: str) -> tuple[str, str] | None:
+    """``(outcome, plan status)`` for a run Temporal says has ended; None while it runs."""
+    return _TEMPORAL_ENDS.get(execution_status)
 
 
 @dataclass

@@ -46,7 +46,7 @@ from countersign.storage import Database, PlanStore, stored_document
 from countersign.workflowbuilder import CredentialRef
 
 from .conversations import Conversation, ConversationStore
-from .core import PlanState, decode_cursor, encode_cursor, fold_events
+from .core import PlanState, decode_cursor, encode_cursor, ended_outcome, fold_events
 from .errors import (
     DurableUpdateError,
     PlanCancelledError,
@@ -391,6 +391,50 @@ class PlanService:
                 },
             )
         return {"plan_id": plan_id, "status": "cancelled"}
+
+    async def reconcile_durable(self, *, actor: str = "reconciler") -> tuple[dict[str, str], ...]:
+        """Runs handed to Temporal that ended without recording it — terminated from the Temporal
+        UI or CLI (Terminate runs no workflow code), timed out, or lost — get their end recorded
+        now: ``durable_finished`` with how Temporal says they ended, and the plan's status.
+        Running runs are left alone. Returns what was recorded."""
+        if self.temporal is None:
+            return ()
+        with self.db.tx() as c:
+            rows = c.execute(
+                text(
+                    "SELECT h.plan_id, h.details->>'workflow_id' AS wid FROM plan_events h "
+                    "WHERE h.kind = 'handed_off' AND NOT EXISTS (SELECT 1 FROM plan_events f "
+                    "WHERE f.plan_id = h.plan_id AND f.kind = 'durable_finished')"
+                )
+            ).all()
+        done: tuple[dict[str, str], ...] = ()
+        for plan_id, wid in rows:
+            if not wid:
+                continue
+            try:
+                desc = await self.temporal.get_workflow_handle(str(wid)).describe()
+            except RPCError as e:
+                raise DurableUpdateError(f"{wid}: {e.message}") from e
+            ended = ended_outcome(desc.status.name if desc.status else "")
+            if ended is None:
+                continue
+            outcome, plan_status = ended
+            with self.db.tx() as c:
+                self.plans.set_status(str(plan_id), plan_status)
+                self.audit.append(
+                    c,
+                    {
+                        "kind": "durable_finished",
+                        "status": outcome,
+                        "actor": actor,
+                        "plan_id": str(plan_id),
+                        "reason": f"the run ended {desc.status.name if desc.status else '?'} "
+                        "outside Countersign",
+                        "details": {"workflow_id": str(wid)[:80], "plan_status": plan_status},
+                    },
+                )
+            done += ({"plan_id": str(plan_id), "workflow_id": str(wid), "outcome": outcome},)
+        return done
 
     def _not_cancelled(self, plan_id: str) -> None:
         if self.events.state(plan_id).status == "cancelled":

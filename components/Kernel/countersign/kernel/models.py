@@ -292,12 +292,23 @@ class SignedPlan(Contract):
     ``sign_plan`` makes one, ``to_json()`` is the document ``countersign plan`` prints and
     ``countersign verify`` reads, and nobody assembles that document by hand. A SignedPlan made
     from outside data proves nothing by itself: verification (``verify_signed_plan``) runs over the
-    document as written."""
+    document as written.
+
+    Verifying a SignedPlan verifies its ``to_json()`` document: the model has no written form of its
+    own (it was parsed, and so normalized, or built from parts), so the checks of how a document is
+    spelled (duplicate keys, unknown fields, encoding, the envelope's one spelling) belong to the
+    bytes it was read from — verify those bytes, not a model parsed from them. What a verified
+    SignedPlan can never do is run content other than what was signed: the signature is checked
+    over the canonical bytes of that document and the plan returned is parsed again from it (the
+    cached ``canonical`` below is not consulted).
+
+    Equality is by the three fields only; the cached canonical bytes are not part of the value."""
 
     plan: Plan
     signature: SignatureEnvelope
     plan_hash: str = Field(pattern=_HEX64)
-    _canonical: bytes | None = PrivateAttr(default=None)
+    #: cache of ``canonical``: the plan object the bytes were computed from, and the bytes
+    _canonical: tuple[Plan, bytes] | None = PrivateAttr(default=None)
 
     @classmethod
     def of(
@@ -307,10 +318,23 @@ class SignedPlan(Contract):
         plan_hash: str,
         canonical: bytes | None = None,
     ) -> SignedPlan:
-        """Assemble from parts already validated (the signer's own output)."""
+        """Assemble from parts already validated (the signer's own output); ``canonical``, if
+        given, must be the canonical bytes of ``plan`` (it is trusted, not recomputed)."""
         signed = cls.model_construct(plan=plan, signature=signature, plan_hash=plan_hash)
-        signed._canonical = canonical
+        if canonical is not None:
+            signed._canonical = (plan, canonical)
         return signed
+
+    def __eq__(self, other: object) -> bool:
+        # pydantic's __eq__ also compares private attributes, so a plan that has computed its
+        # canonical bytes would differ from the same plan that has not
+        if not isinstance(other, SignedPlan):
+            return NotImplemented
+        return type(self) is type(other) and (
+            self.plan == other.plan
+            and self.signature == other.signature
+            and self.plan_hash == other.plan_hash
+        )
 
     @property
     def envelope(self) -> SignatureEnvelope:
@@ -324,10 +348,16 @@ class SignedPlan(Contract):
 
     @property
     def canonical(self) -> bytes:
-        """RFC 8785 bytes of the plan (what ``plan_hash`` is the sha256 of)."""
-        if self._canonical is None:
-            self._canonical = canonical_bytes(self.plan.to_json())
-        return self._canonical
+        """RFC 8785 bytes of the plan (what ``plan_hash`` should be the sha256 of; nothing here
+        checks that it is — ``verify_signed_plan`` does).
+
+        Cached against the plan object itself, so a copy carrying another plan
+        (``model_copy(update={"plan": ...})`` copies private attributes) never serves the bytes
+        of the plan it replaced."""
+        cached = self._canonical
+        if cached is None or cached[0] is not self.plan:
+            cached = self._canonical = (self.plan, canonical_bytes(self.plan.to_json()))
+        return cached[1]
 
 
 class Need(Contract):
