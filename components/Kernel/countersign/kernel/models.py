@@ -292,17 +292,15 @@ class SignedPlan(Contract):
     ``sign_plan`` makes one, ``to_json()`` is the document ``countersign plan`` prints and
     ``countersign verify`` reads, and nobody assembles that document by hand. A SignedPlan made
     from outside data proves nothing by itself: verification (``verify_signed_plan``) runs over the
-    document as written.
+    document as written; given a SignedPlan it verifies the model's ``to_json()``, so verify the
+    bytes a document was read from, not a model parsed (and normalized) from them. Equality is by
+    the three fields only."""
 
-    Verifying a SignedPlan verifies its ``to_json()`` document: the model has no written form of its
-    own (it was parsed, and so normalized, or built from parts), so the checks of how a document is
-    spelled (duplicate keys, unknown fields, encoding, the envelope's one spelling) belong to the
-    bytes it was read from — verify those bytes, not a model parsed from them. What a verified
-    SignedPlan can never do is run content other than what was signed: the signature is checked
-    over the canonical bytes of that document and the plan returned is parsed again from it (the
-    cached ``canonical`` below is not consulted).
-
-    Equality is by the three fields only; the cached canonical bytes are not part of the value."""
+    # Why the SignedPlan path of verify_signed_plan is safe (Kernel LLD, "SignedPlan"): the model
+    # has no written form of its own, so the as-written checks (duplicate keys, unknown fields,
+    # encoding, the envelope's one spelling) hold trivially for its dump; but the signature is
+    # checked over the canonical bytes of that dump and the plan returned is parsed again from it
+    # (``_canonical`` is never consulted), so no content other than what was signed can pass.
 
     plan: Plan
     signature: SignatureEnvelope
@@ -335,6 +333,10 @@ class SignedPlan(Contract):
             and self.signature == other.signature
             and self.plan_hash == other.plan_hash
         )
+
+    def __hash__(self) -> int:
+        # the same fields as __eq__ (a plan's dict args make it unhashable, as before)
+        return hash((self.plan, self.signature, self.plan_hash))
 
     @property
     def envelope(self) -> SignatureEnvelope:
