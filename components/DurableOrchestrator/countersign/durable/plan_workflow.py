@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ResolveStep,
         StepCall,
     )
-    from .workflows import CANCEL_PATCH, finish, not_started, outcome_unknown
+    from .workflows import CANCEL_PATCH, finish, not_started, outcome_unknown, record_cancel
 
 __all__ = ["PlanExecutionWorkflow"]
 
@@ -173,7 +173,8 @@ class PlanExecutionWorkflow:
             # then end CANCELED (histories from before replay unchanged)
             if not is_cancelled_exception(e) or not workflow.patched(CANCEL_PATCH):
                 raise
-            await finish(inp.signed, inp.user_id, "cancelled", self._timeout())
+            stored = getattr(self, "_stored", False)
+            await record_cancel(inp.signed, inp.user_id, self._timeout(), stored)
             raise asyncio.CancelledError from e
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result
@@ -186,6 +187,7 @@ class PlanExecutionWorkflow:
             retry_policy=_ONCE,
             start_to_close_timeout=self._timeout(),
         )
+        self._stored = True
         graph = {int(s["step"]): s for s in inp.signed["plan"]["graph"]}
         self._status = dict.fromkeys(graph, "pending")
         outputs: dict[str, Any] = {}

@@ -89,6 +89,21 @@ async def finish(signed: dict[str, Any], user_id: str, outcome: str, timeout: ti
         )
 
 
+async def record_cancel(
+    signed: dict[str, Any], user_id: str, timeout: timedelta, stored: bool
+) -> None:
+    """Record a cancelled run's end; a cancel that came before the plan's first verify finished
+    verifies (and so stores) the plan first — the end of a plan is recorded against its row."""
+    if not stored:
+        await workflow.execute_activity_method(
+            DurableActivities.verify_plan,
+            signed,
+            retry_policy=_ONCE,
+            start_to_close_timeout=timeout,
+        )
+    await finish(signed, user_id, "cancelled", timeout)
+
+
 def not_started(what: str) -> ApplicationError:
     """The error an update handler raises if it runs before ``run`` (validators prevent it)."""
     return ApplicationError(f"{what}: the workflow has not started", type="invalid_input")
@@ -237,7 +252,8 @@ class WatcherWorkflow:
             # then end CANCELED (histories from before replay unchanged)
             if not is_cancelled_exception(e) or not workflow.patched(CANCEL_PATCH):
                 raise
-            await finish(inp.signed, inp.user_id, "cancelled", self._timeout())
+            stored = getattr(self, "_stored", False) or inp.state is not None
+            await record_cancel(inp.signed, inp.user_id, self._timeout(), stored)
             raise asyncio.CancelledError from e
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result
@@ -253,6 +269,7 @@ class WatcherWorkflow:
                 retry_policy=_ONCE,
                 start_to_close_timeout=self._timeout(),
             )
+            self._stored = True
             step_args = _step_args(inp.signed, inp.watch_step)
             state = WatchState(
                 started_at=now,
