@@ -160,7 +160,10 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
     Args:
         document: decoded JSON: ``{"plan": {...}, "signature": {...}, "plan_hash": "..."}``.
             All three are required; the envelope and ``plan_hash`` must be exactly as
-            ``sign_plan`` wrote them.
+            ``sign_plan`` wrote them. A ``SignedPlan`` is accepted and verified as its
+            ``to_json()`` document: the checks of how a document is spelled then hold trivially
+            (a model has no spelling of its own), so callers holding raw bytes verify the bytes
+            (Kernel LLD §5); only the signed content can ever come back either way.
         keys: where to find the verify key named by ``signature.pubkey_id``.
 
     Raises:
