@@ -435,6 +435,8 @@ def test_real_dev_server_restart_keeps_the_watcher(
 
     from countersign.durable import connect, start_watcher
     from countersign.durable.runtime import temporal_start, temporal_stop
+    from countersign.durable.worker import replayer
+    from countersign.durable.workflows import POLL_COUNT, WATCH_STATE
     from countersign.n8n import free_port
 
     port, ui = free_port(), free_port()
@@ -479,6 +481,17 @@ def test_real_dev_server_restart_keeps_the_watcher(
             st = await client.get_workflow_handle_for(WatcherWorkflow.run, wid).query(
                 WatcherWorkflow.status
             )
+            # how the watcher stands is searchable: state and poll count, upserted as it polls
+            attrs = (await handle.describe()).typed_search_attributes
+            assert attrs.get(WATCH_STATE) == "watching"
+            assert 1 <= (attrs.get(POLL_COUNT) or 0) <= st.polls
+            found = [
+                w.id
+                async for w in client.list_workflows(
+                    f'watch_state = "watching" AND poll_count >= 1 AND plan_id = "{doc["plan"]["plan_id"]}"'
+                )
+            ]
+            assert found == [wid]
             return int(st.polls)
 
         before = asyncio.run(phase(first))
@@ -502,6 +515,16 @@ def test_real_dev_server_restart_keeps_the_watcher(
 
         result = asyncio.run(phase(second))
         assert result.status == "booked" and len(sandbox.bookings) == 1
+
+        async def third(client: Any) -> Any:
+            handle = client.get_workflow_handle(wid)
+            attrs = (await handle.describe()).typed_search_attributes
+            # the run that upserted its state replays deterministically
+            await replayer().replay_workflow(await handle.fetch_history())
+            return attrs.get(WATCH_STATE), attrs.get(POLL_COUNT)
+
+        state, polls = asyncio.run(phase(third))
+        assert state == "booked" and polls == result.polls
     finally:
         temporal_stop(folder)
 
@@ -1100,7 +1123,9 @@ def test_search_attributes_registered_on_a_bare_server_find_the_run(
             assert sorted(await register_search_attributes(client)) == [
                 "intent",
                 "plan_id",
+                "poll_count",
                 "user_id",
+                "watch_state",
             ]
             assert await register_search_attributes(client) == []
             handle = await start_watcher(client, inp)

@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import typer
+from temporalio.service import RPCError
 
 from countersign.kernel import Settings
 from countersign.registry import load_registry
@@ -13,6 +14,7 @@ from countersign.signer import open_keyring
 from countersign.storage import Database
 
 from .activities import DurableActivities
+from .codec import payload_codec
 from .runtime import temporal_start, temporal_status, temporal_stop
 from .worker import connect, make_worker, register_search_attributes
 
@@ -50,6 +52,7 @@ def attributes_cmd() -> None:
             namespace=settings.temporal_namespace,
             tls_cert=settings.temporal_tls_cert,
             tls_key=settings.temporal_tls_key,
+            codec=payload_codec(settings.keys_dir),
         )
         return await register_search_attributes(client)
 
@@ -77,7 +80,12 @@ def worker_cmd() -> None:
             namespace=settings.temporal_namespace,
             tls_cert=settings.temporal_tls_cert,
             tls_key=settings.temporal_tls_key,
+            codec=payload_codec(settings.keys_dir),
         )
+        try:  # a dev server whose database predates an attribute, a self-hosted cluster
+            await register_search_attributes(client)
+        except RPCError as e:  # Temporal Cloud: registered through its own API
+            typer.echo(f"search attributes not registered here ({e.message}); see LLD", err=True)
         await make_worker(client, acts).run()
 
     asyncio.run(run())

