@@ -1,6 +1,15 @@
 """DurableOrchestrator: Temporal workflows for long-running plan steps (watchers, gates, sagas)."""
 
 from .activities import DurableActivities
+from .codec import (
+    EncryptionCodec,
+    PayloadCodecError,
+    PayloadKeys,
+    PayloadKeyUnknownError,
+    PayloadTamperedError,
+    payload_codec,
+    rotate_payload_key,
+)
 from .http import HttpCall, http_call
 from .models import (
     ApproveGate,
@@ -19,6 +28,7 @@ from .plan_workflow import PlanExecutionWorkflow
 from .worker import (
     TASK_QUEUE,
     connect,
+    data_converter,
     durable_starter,
     make_worker,
     register_search_attributes,
@@ -34,7 +44,12 @@ __all__ = [
     "TASK_QUEUE",
     "ApproveGate",
     "DurableActivities",
+    "EncryptionCodec",
     "HttpCall",
+    "PayloadCodecError",
+    "PayloadKeyUnknownError",
+    "PayloadKeys",
+    "PayloadTamperedError",
     "PlanExecutionWorkflow",
     "PlanInput",
     "PlanRunResult",
@@ -48,11 +63,14 @@ __all__ = [
     "WatchState",
     "WatcherWorkflow",
     "connect",
+    "data_converter",
     "durable_starter",
     "http_call",
     "make_worker",
+    "payload_codec",
     "register_search_attributes",
     "replayer",
+    "rotate_payload_key",
     "start_plan",
     "start_watcher",
     "watch_input_for",

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import PayloadCodec
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.sandbox import VisaSandbox, serve_visa
 
-from .worker import make_worker
+from .worker import data_converter, make_worker
 
 __all__ = ["VisaSandbox", "sandbox_fixture", "temporal_test_server", "time_skipping_worker"]
 
@@ -30,12 +30,15 @@ def temporal_test_server() -> str:
 
 
 @contextlib.asynccontextmanager
-async def time_skipping_worker(acts: Any) -> AsyncIterator[WorkflowEnvironment]:
-    """The one worker set-up tests share: a time-skipping test server (pydantic converter) and a
-    worker with every workflow and ``acts``' activities; both stop when the block ends."""
+async def time_skipping_worker(
+    acts: Any, *, codec: PayloadCodec | None = None
+) -> AsyncIterator[WorkflowEnvironment]:
+    """The one worker set-up tests share: a time-skipping test server (pydantic converter, sealing
+    payloads with ``codec`` when given) and a worker with every workflow and ``acts``'
+    activities; both stop when the block ends."""
     async with (
         await WorkflowEnvironment.start_time_skipping(
-            test_server_existing_path=temporal_test_server(), data_converter=pydantic_data_converter
+            test_server_existing_path=temporal_test_server(), data_converter=data_converter(codec)
         ) as env,
         make_worker(env.client, acts),
     ):
