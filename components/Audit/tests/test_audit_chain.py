@@ -172,3 +172,13 @@ def test_append_without_the_head_row_is_a_clear_error(db: Database) -> None:
                 text("INSERT INTO audit_head (id, seq, last_hash) VALUES (1, :s, :h)"),
                 {"s": head.seq, "h": head.last_hash},
             )
+
+
+def test_a_row_edited_to_hold_an_unhashable_number_is_reported(db: Database) -> None:
+    """jsonb gives 1e21 back as an integer beyond 2^53-1, which canonical JSON refuses: verify
+    names that row as changed rather than raising."""
+    _fill(db, 3)
+    with db.tx() as c:
+        c.execute(text("""UPDATE audit_log SET details = '{"x": 1e21}' WHERE seq = 2"""))
+    ok, bad, why = _verify(db)
+    assert not ok and bad == 2 and "changed" in (why or "")

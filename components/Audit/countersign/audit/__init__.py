@@ -6,9 +6,11 @@ from .store import (
     AuditHeadMissingError,
     AuditLog,
     ChainReport,
+    PreparedEntry,
     content_hash,
     row_hash,
 )
+from .writer import GroupCommitAuditWriter
 
 __all__ = [
     "ZERO_HASH",
@@ -16,6 +18,8 @@ __all__ = [
     "AuditHeadMissingError",
     "AuditLog",
     "ChainReport",
+    "GroupCommitAuditWriter",
+    "PreparedEntry",
     "content_hash",
     "row_hash",
 ]

@@ -7,7 +7,9 @@ that takes the head lock); the first row's ``prev_hash`` is 64 zeros. The ``audi
 the last sequence number and hash, so deleting the newest rows is detected too. One statement per
 append locks the head row (``SELECT … FOR UPDATE`` in a CTE), inserts the row and moves the head,
 so concurrent writers never fork the chain; it runs inside the caller's transaction, so a decision
-and its audit row commit or roll back together.
+and its audit row commit or roll back together. ``prepare`` does everything that needs no database
+(validation, the time stamp, ``content_hash``) so that a group-commit writer (``writer.py``) can
+refuse a bad entry before it joins a batch and keep hashing out of the serialized part.
 
 Only derived facts go in: ``details`` refuses keys that name secrets or private content.
 """
@@ -25,6 +27,7 @@ from sqlalchemy import Connection, text
 
 from countersign.kernel import (
     Contract,
+    ContractError,
     CountersignError,
     canonical_bytes,
     format_utc,
@@ -38,6 +41,7 @@ __all__ = [
     "AuditHeadMissingError",
     "AuditLog",
     "ChainReport",
+    "PreparedEntry",
     "content_hash",
     "row_hash",
 ]
@@ -46,6 +50,35 @@ ZERO_HASH = "0" * 64
 _FORBIDDEN = re.compile(
     r"(token|password|secret|api_?key|seed|private|body|content)$", re.IGNORECASE
 )
+_INT4 = 2**31 - 1  # the columns step, latency_ms and retries are Postgres ``integer``
+_MAX_SAFE = 2**53 - 1
+
+
+def _unstorable(value: JsonValue, path: str) -> str | None:
+    """Why a JSON value would not come back from PostgreSQL as it went in (None if it would).
+
+    Text and jsonb cannot hold NUL; jsonb gives a float beyond 2^53-1 back as an integer (1e21 as
+    ``1000000000000000000000``), which canonical JSON refuses, so the row could not be verified.
+    """
+    if isinstance(value, str):
+        return (
+            f"{path or 'the text'} contains NUL, which PostgreSQL cannot store"
+            if "\x00" in value
+            else None
+        )
+    if isinstance(value, float) and abs(value) > _MAX_SAFE:
+        return f"{path}: the number {value!r} is beyond 2^53-1 and would not read back exactly"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _unstorable(k, f"{path}.{k!r}") or _unstorable(v, f"{path}.{k}")
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _unstorable(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 class AuditEntry(Contract):
@@ -55,12 +88,22 @@ class AuditEntry(Contract):
     status: str = Field(min_length=1, max_length=32)
     actor: str = Field(min_length=1, max_length=128)
     plan_id: str | None = Field(default=None, max_length=26)
-    step: int | None = Field(default=None, ge=0)
+    step: int | None = Field(default=None, ge=0, le=_INT4)
     op: str | None = Field(default=None, max_length=160)
     reason: str | None = Field(default=None, max_length=500)
-    latency_ms: int | None = Field(default=None, ge=0)
-    retries: int = Field(default=0, ge=0)
+    latency_ms: int | None = Field(default=None, ge=0, le=_INT4)
+    retries: int = Field(default=0, ge=0, le=_INT4)
     details: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("kind", "status", "actor", "plan_id", "op", "reason", "details")
+    @classmethod
+    def _storable(cls, v: JsonValue) -> JsonValue:
+        # The model accepts only what the table stores: an entry that validates never fails
+        # at the database, so a group commit is never failed by one caller's entry.
+        why = _unstorable(v, "")
+        if why is not None:
+            raise ValueError(why)
+        return v
 
     @field_validator("reason", "op")
     @classmethod
@@ -145,6 +188,19 @@ class AuditHeadMissingError(CountersignError):
     code = "audit_head_missing"
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedEntry:
+    """One validated entry, time-stamped and hashed, waiting for its place in the chain.
+
+    Made by ``AuditLog.prepare``; ``params`` are the row's content columns (``details`` as its
+    canonical JSON text) and ``content_hash`` their hash. Only the place in the chain (``seq``,
+    ``prev_hash``, ``row_hash``) is added when it is appended.
+    """
+
+    params: Mapping[str, Any]
+    content_hash: str
+
+
 @dataclass(frozen=True)
 class ChainReport:
     """What ``verify`` found."""
@@ -163,18 +219,10 @@ class AuditLog:
 
     def append(self, conn: Connection, entry: AuditEntry | Mapping[str, Any]) -> int:
         """Append one row inside the caller's transaction; returns its sequence number."""
-        e = (
-            entry
-            if isinstance(entry, AuditEntry)
-            else parse_contract(AuditEntry, entry, what="audit entry")
-        )
-        content = _content(format_utc(self._clock()), e.model_dump(mode="json"))
-        params = {
-            **content,
-            "details": canonical_bytes(content["details"]).decode(),
-            "content_hash": content_hash(content),
-        }
-        seq = conn.execute(_APPEND, params).scalar_one_or_none()
+        p = self.prepare(entry)
+        seq = conn.execute(
+            _APPEND, {**p.params, "content_hash": p.content_hash}
+        ).scalar_one_or_none()
         if seq is None:
             raise AuditHeadMissingError(
                 "audit append: the audit_head row is missing (deleted?), so the chain cannot be "
@@ -182,19 +230,50 @@ class AuditLog:
             )
         return int(seq)
 
+    def prepare(
+        self, entry: AuditEntry | Mapping[str, Any], *, ts: str | None = None
+    ) -> PreparedEntry:
+        """Validate ``entry``, stamp it (now, by the clock, unless ``ts`` is given) and hash it.
+
+        No database: a group-commit writer calls this in the caller's thread, so a bad entry
+        fails its own caller only, before it joins a batch.
+
+        Raises:
+            ContractError: the entry is not a valid ``AuditEntry``.
+        """
+        e = (
+            entry
+            if isinstance(entry, AuditEntry)
+            else parse_contract(AuditEntry, entry, what="audit entry")
+        )
+        content = _content(ts or format_utc(self._clock()), e.model_dump(mode="json"))
+        ch = content_hash(content)
+        return PreparedEntry(
+            {**content, "details": canonical_bytes(content["details"]).decode()}, ch
+        )
+
     def append_many(
         self, conn: Connection, entries: Sequence[AuditEntry | Mapping[str, Any]]
     ) -> list[int]:
         """Append several rows in one go (one head lock, one multi-row insert); their numbers.
 
         For writers that produce bursts (a plan's step events); the chain is the same as if each
-        row had been appended alone.
+        row had been appended alone. The rows share one time stamp.
         """
-        parsed = [
-            e if isinstance(e, AuditEntry) else parse_contract(AuditEntry, e, what="audit entry")
-            for e in entries
-        ]
-        if not parsed:
+        ts = format_utc(self._clock())
+        return self.append_prepared(conn, [self.prepare(e, ts=ts) for e in entries])
+
+    def append_prepared(self, conn: Connection, entries: Sequence[PreparedEntry]) -> list[int]:
+        """Append prepared rows, in order, inside the caller's transaction; their numbers.
+
+        One head lock (``SELECT … FOR UPDATE``, held to the end of the transaction, so other
+        processes' appends queue behind it), the links computed here, one multi-row insert, and
+        the head moved.
+
+        Raises:
+            AuditHeadMissingError: the ``audit_head`` row is gone.
+        """
+        if not entries:
             return []
         head = conn.execute(_HEAD).first()
         if head is None:
@@ -203,19 +282,15 @@ class AuditLog:
                 "extended; run `countersign audit verify` and restore the head from the last row"
             )
         seq, prev = int(head.seq), str(head.last_hash)
-        ts = format_utc(self._clock())
         rows = []
-        for e in parsed:
-            content = _content(ts, e.model_dump(mode="json"))
-            ch = content_hash(content)
+        for e in entries:
             seq += 1
-            h = row_hash(prev, seq, ch)
+            h = row_hash(prev, seq, e.content_hash)
             rows.append(
                 {
-                    **content,
+                    **e.params,
                     "seq": seq,
-                    "details": canonical_bytes(content["details"]).decode(),
-                    "content_hash": ch,
+                    "content_hash": e.content_hash,
                     "prev_hash": prev,
                     "row_hash": h,
                 }
@@ -254,8 +329,15 @@ class AuditLog:
                     r["seq"],
                     "prev_hash does not match the previous row (a row was deleted or inserted)",
                 )
-            content = content_hash(_content(format_utc(r["ts"]), r))
-            if content != r["content_hash"] or row_hash(prev, r["seq"], content) != r["row_hash"]:
+            try:
+                content = content_hash(_content(format_utc(r["ts"]), r))
+            except ContractError:  # e.g. details edited to hold a number JSON cannot carry
+                content = None
+            if (
+                content is None
+                or content != r["content_hash"]
+                or row_hash(prev, r["seq"], content) != r["row_hash"]
+            ):
                 return ChainReport(
                     False,
                     count,
