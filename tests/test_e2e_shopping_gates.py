@@ -209,3 +209,44 @@ def test_a_refused_purchase_undoes_the_cart_and_says_what_changed(
     changed = {c.step: c.summary()["changed"] for c in report.stale}
     old, new = changed[1]["offers"]
     assert "9.90" in repr(old) and "16.00" in repr(new)
+
+
+def test_a_cart_over_the_budget_is_refused_before_gate_b(
+    n8n: N8nHandle, db: Database, registry: Registry, keyring: KeyRing, shop_sandbox: ShopSandbox
+) -> None:
+    """The budget in the intent ("under 15 euros") holds at gate-B: the cart already held another
+    line, so after gate-A's write it totals 22.40; gate-B's writes are refused before anything is
+    sent (``over_budget``, naming the total and the limit), audited, nothing bought."""
+    from sqlalchemy import text
+
+    from countersign.steps import OverBudgetError
+
+    shop_sandbox.cart["line-0"] = {
+        "id": "line-0",
+        "item": "cable-b",
+        "quantity": 1,
+        "unit_price": "12.50",
+    }
+    doc, _, first = _flow(n8n, db, registry, keyring, shop_sandbox)
+    assert first.status == "waiting" and first.waiting_gate == "gate-B"
+    assert first.gate_preview["done"]["4"]["cart_total"] == "22.40"
+    with pytest.raises(OverBudgetError, match=r"22\.40.*15\.00"):
+        asyncio.run(
+            _execute(
+                n8n,
+                db,
+                registry,
+                keyring,
+                shop_sandbox,
+                doc,
+                {"gate-B": _token(db, doc, "gate-B", ["shopping.purchase"])},
+            )
+        )
+    assert [a[:2] for a in shop_sandbox.arrivals if a[0] != "GET"] == [("POST", "/cart")]
+    assert shop_sandbox.orders == {}
+    with db.tx() as c:
+        reasons = c.execute(
+            text("SELECT reason FROM audit_log WHERE plan_id = :p AND kind = 'execute_refused'"),
+            {"p": doc["plan"]["plan_id"]},
+        ).scalars()
+        assert "over_budget" in list(reasons)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from countersign.kernel import ContractError, canonical_bytes
-from countersign.kernel.canonical import canonical_bytes_reference
+from countersign.kernel.canonical import _fast_ok, canonical_bytes_reference
 
 _text = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
 _keys = st.one_of(_text, st.text(alphabet=st.characters(max_codepoint=127), max_size=8))
@@ -51,3 +51,44 @@ def test_known_vectors() -> None:
 def test_unrepresentable_values_are_refused(bad: Any) -> None:
     with pytest.raises(ContractError):
         canonical_bytes(bad if isinstance(bad, dict) else {"v": bad})
+
+
+def _fast_ok_spec(value: Any) -> bool:
+    """The fast path's condition, written as its definition (the recursive original)."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return True
+    if t is int:
+        return bool(-(2**53) < value < 2**53)
+    if t is dict:
+        return all(type(k) is str and k.isascii() and _fast_ok_spec(v) for k, v in value.items())
+    if t is list:
+        return all(_fast_ok_spec(v) for v in value)
+    return False
+
+
+class _Str(str):
+    pass
+
+
+_odd_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**54), 2**54)
+    | st.floats(allow_nan=False)
+    | _text
+    | st.builds(_Str, _text)
+    | st.binary(max_size=2),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(_keys | st.integers(0, 3), children, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(_odd_values)
+def test_fast_path_condition_matches_its_definition(value: Any) -> None:
+    assert _fast_ok(value) == _fast_ok_spec(value)

@@ -20,7 +20,7 @@ from countersign.kernel import (
     SignatureError,
 )
 from countersign.n8n import N8nError
-from countersign.steps import PlanNotCurrentError
+from countersign.steps import OverBudgetError, PlanNotCurrentError
 from countersign.storage import (
     InProgressError,
     OutcomeUnknownError,
@@ -64,6 +64,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (DurableUpdateError, 409),
     (ExecuteRefusedError, 409),
     (StaleWorldError, 409),
+    (OverBudgetError, 409),
     (OutcomeUnknownError, 409),
     (KeyRingError, 503),
     (N8nError, 503),
@@ -82,9 +83,12 @@ def status_for(error: CountersignError) -> int:
 
 def extras_for(error: CountersignError) -> dict[str, Any]:
     """Members a problem document adds for its error class: ``changes`` (each read that moved
-    since the preview, with old and new values per field) for ``stale_world``."""
+    since the preview, with old and new values per field) for ``stale_world``; ``budget`` (the step,
+    its limit and the total now) for ``over_budget``."""
     if isinstance(error, StaleWorldError):
         return {"changes": [c.summary() for c in error.changes]}
+    if isinstance(error, OverBudgetError):
+        return {"budget": {"step": error.step, "limit": error.limit, "total": error.total}}
     return {}
 
 

@@ -41,7 +41,13 @@ from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.sandbox import DEMO_PEOPLE
 from countersign.signer import KeyRing, sign_plan, verify_signed_plan
-from countersign.steps import StepTransport, StoreRecorder, check_current
+from countersign.steps import (
+    OverBudgetError,
+    StepTransport,
+    StoreRecorder,
+    check_budget,
+    check_current,
+)
 from countersign.storage import Database, PlanStore, stored_document
 from countersign.workflowbuilder import CredentialRef
 
@@ -321,6 +327,7 @@ class PlanService:
             raise InputError(
                 f"plan {plan_id} has no gate {gate_id[:16]!r}; its gates: {sorted(gates)}"
             )
+        self._within_budget(plan, gate_id, user_id)
         token = self.approvals.issue(
             plan_id=plan_id,
             plan_hash=verified.plan_hash,
@@ -336,6 +343,34 @@ class PlanService:
             "gate_id": gate_id,
             "expires_at": format_utc(token.exp),
         }
+
+    def _within_budget(self, plan: Plan, gate_id: str, user_id: str) -> None:
+        """A gate whose writes declare a budget is not approved while what would be charged now
+        (reported by the writes done so far) is over it: refused with ``over_budget``, audited."""
+        row = self.plans.get(plan.plan_id)
+        outputs = {
+            int(s["step"]): s["output"]
+            for s in (row or {}).get("steps", [])
+            if s["status"] == "done" and s["output"] is not None
+        }
+        try:
+            check_budget(plan, self.registry, gate_id, outputs)
+        except OverBudgetError as e:
+            with self.db.tx() as c:
+                self.audit.append(
+                    c,
+                    {
+                        "kind": "approval_refused",
+                        "status": "refused",
+                        "actor": user_id,
+                        "plan_id": plan.plan_id,
+                        "step": e.step,
+                        "op": gate_id,
+                        "reason": e.code,
+                        "details": {"limit": e.limit, "total": e.total},
+                    },
+                )
+            raise
 
     async def reject(
         self, plan_id: str, gate_id: str, user_id: str, *, reason: str | None

@@ -36,12 +36,14 @@ from countersign.steps import (
     Attempt,
     N8nStepRunner,
     N8nTransport,
+    OverBudgetError,
     Replay,
     StepFailedError,
     StepTransport,
     StoreRecorder,
     WriteFailedError,
     WriteProtocol,
+    check_budget,
     classify,
     compensation_steps,
     fingerprint,
@@ -236,6 +238,20 @@ class Executor:
                     )
                     raise ExecuteRefusedError(f"plan {plan.plan_id}: {g} needs an approval token")
                 return await self._wait_at(run, g, g_specs, prints)
+            try:  # the budget again, with what the writes before this gate reported
+                check_budget(plan, self.registry, g, outputs)
+            except OverBudgetError as e:
+                self._audit(
+                    kind="execute_refused",
+                    status="refused",
+                    actor=user_id,
+                    plan_id=plan.plan_id,
+                    step=e.step,
+                    op=g,
+                    reason=e.code,
+                    details={"limit": e.limit, "total": e.total},
+                )
+                raise
             choices[g] = fresh[g]
             store.set_step(plan.plan_id, _gate_step(plan, g), "done", output={"choice": fresh[g]})
             g_reads = sorted({r for w in g_specs for r in w.reads})

@@ -143,6 +143,18 @@ class Compensation(Contract):
         return v
 
 
+class Budget(Contract):
+    """A spending limit a write enforces before its gate is approved and again before it runs.
+
+    ``arg`` names the op's own (signed) argument that holds the limit, e.g. ``max_total``;
+    ``total`` names the field, in the outputs of the plan's earlier writes, that reports what
+    would be charged now (the latest one counts), e.g. the cart's ``cart_total``.
+    """
+
+    arg: str = Field(pattern=_ID)
+    total: str = Field(pattern=_ID)
+
+
 class Operation(Contract):
     """One logical operation of a connector, bound to an n8n node."""
 
@@ -161,6 +173,8 @@ class Operation(Contract):
     idempotency: Idempotency | None = None
     compensation: Compensation | None = None
     lock: str | None = None
+    #: a spending limit checked before the gate is approved and before the write runs
+    budget: Budget | None = None
     #: How the orchestrator turns the node's raw output into the step's normalized output:
     #: ``json`` (the HTTP body parsed as JSON, or the node's item), ``text`` (the body as a
     #: string), ``ics_busy`` (busy intervals from an iCalendar body), ``status`` (status code
@@ -185,6 +199,11 @@ class Operation(Contract):
             missing = spec.arg_names() - accepted
             if missing:
                 raise ValueError(f"params.{path} reads undeclared arg(s) {sorted(missing)}")
+        if self.budget is not None:
+            if self.safety != "write":
+                raise ValueError("only write ops have a budget")
+            if self.budget.arg not in accepted:
+                raise ValueError(f"budget.arg reads undeclared arg {self.budget.arg!r}")
         if self.lock is not None:
             missing = {n for s, n in template_fields(self.lock) if not s} - accepted
             if missing:

@@ -4,6 +4,7 @@ one DAG scheduler (``run_dag``), one step on its runtime (``N8nStepRunner`` over
 ``classify``), and how writes are undone."""
 
 from .adapters import N8nTransport, StoreRecorder
+from .budget import OverBudgetError, check_budget
 from .compensation import compensation_steps
 from .runner import (
     N8nStepRunner,
@@ -31,6 +32,7 @@ __all__ = [
     "Attempt",
     "N8nStepRunner",
     "N8nTransport",
+    "OverBudgetError",
     "PlanExpiredError",
     "PlanNotCurrentError",
     "PreparedStep",
@@ -46,6 +48,7 @@ __all__ = [
     "WriteDone",
     "WriteFailedError",
     "WriteProtocol",
+    "check_budget",
     "check_current",
     "classify",
     "compensation_steps",
