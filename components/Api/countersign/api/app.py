@@ -31,13 +31,16 @@ from sqlalchemy import text
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from countersign.kernel import CountersignError, Needs, format_utc
+from countersign.durable import EncryptionCodec
+from countersign.kernel import CountersignError, InputError, Needs, format_utc
 from countersign.steps import StepTransport
 
+from .codec import CodecCors, CodecPayloads, decode_for, encode_for, from_wire, to_wire
 from .errors import (
     AdminOnlyError,
     AuthError,
     BadCursorError,
+    PlanNotFoundError,
     RateLimitedError,
     RegistryItemNotFoundError,
     TextNotSupportedError,
@@ -76,6 +79,12 @@ class ApiConfig:
     #: where the chat page links a durable run: ``<this>/<workflow_id>`` (the Temporal Web UI's
     #: workflows page of the namespace); None = no link
     temporal_ui: str | None = None
+    #: seals and opens Temporal payloads for the codec endpoint (``/codec/*``); None = this
+    #: service seals nothing and the endpoint hands payloads back unchanged
+    payload_codec: EncryptionCodec | None = None
+    #: the one browser origin (the Temporal UI's, e.g. ``http://127.0.0.1:8233``) the codec
+    #: routes answer CORS for, with credentials; None = no cross-origin caller
+    codec_origin: str | None = None
     #: opens the step runtime for the app's lifetime (an n8n client); None = keep the service's
     runtime: Callable[[], contextlib.AbstractAsyncContextManager[StepTransport]] | None = None
 
@@ -277,6 +286,21 @@ def _problem_response(
 
 async def caller(request: Request) -> Principal:
     """The authenticated caller: a Bearer key, or a session cookie (+ CSRF header on writes)."""
+    return _authenticate(request, csrf=True)
+
+
+async def codec_caller(request: Request) -> Principal:
+    """The caller of a codec route: as :func:`caller`, but a session cookie needs no CSRF header
+    (the Temporal UI cannot send it) and the body must be ``application/json`` instead — a type a
+    foreign page can only send after a CORS preflight, which only the UI's origin passes; the
+    routes change nothing but the audit log."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise InputError(f"a codec request's body must be application/json, not {kind or 'none'}")
+    return _authenticate(request, csrf=False)
+
+
+def _authenticate(request: Request, *, csrf: bool) -> Principal:
     users: UserStore = request.app.state.users
     limiter: _RateLimiter = request.app.state.limiter
     header = request.headers.get("authorization")
@@ -287,7 +311,7 @@ async def caller(request: Request) -> Principal:
         who = users.by_key(key.strip())
     elif (session := request.cookies.get(SESSION_COOKIE)) is not None:
         who = users.by_session(session)
-        if request.method in _UNSAFE:
+        if csrf and request.method in _UNSAFE:
             sent = request.headers.get(CSRF_HEADER, "")
             if not who.csrf or not hmac.compare_digest(sent, who.csrf):
                 raise AuthError(f"cookie-authenticated {request.method} needs {CSRF_HEADER}")
@@ -299,6 +323,7 @@ async def caller(request: Request) -> Principal:
 
 
 Caller = Annotated[Principal, Depends(caller)]
+CodecCaller = Annotated[Principal, Depends(codec_caller)]
 
 
 def create_app(service: PlanService, users: UserStore, config: ApiConfig | None = None) -> FastAPI:
@@ -385,6 +410,7 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         )
 
     app.add_middleware(_Measure, histogram=latency)
+    app.add_middleware(CodecCors, origin=cfg.codec_origin)
 
     # ---- plans ---------------------------------------------------------------------------------
     @app.post(
@@ -643,6 +669,49 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
     def me(who: Caller) -> dict[str, Any]:
         """Who the credentials belong to."""
         return {"user_id": who.user_id, "admin": who.admin, "via": who.via}
+
+    # ---- the Temporal UI's codec endpoint (Api SPEC §codec) ------------------------------------
+    def owns_plan(user_id: str) -> Callable[[str], bool]:
+        def owns(plan_id: str) -> bool:
+            try:
+                service.document(plan_id, user_id)
+            except PlanNotFoundError:
+                return False
+            return True
+
+        return owns
+
+    @app.post("/codec/decode", tags=["codec"], response_model=CodecPayloads)
+    def codec_decode(body: CodecPayloads, who: CodecCaller) -> dict[str, Any]:
+        """Open the Temporal payloads the caller may read (their own runs'; admins: all); any
+        other stays sealed, and that refusal is audited (``codec_decode_refused``)."""
+        payloads, refused = decode_for(
+            who, from_wire(body), cfg.payload_codec, owns_plan=owns_plan(who.user_id)
+        )
+        if refused:
+            owners = sorted({r["owner"] for r in refused})
+            with service.db.tx() as c:
+                service.audit.append(
+                    c,
+                    {
+                        "kind": "codec_decode_refused",
+                        "status": "refused",
+                        "actor": who.user_id,
+                        "reason": f"{len(refused)} Temporal payload(s) of another person "
+                        "left sealed",
+                        "details": {
+                            "owners": owners[:20],
+                            "workflows": sorted({r["workflow_id"] for r in refused})[:20],
+                            "payloads": len(refused),
+                        },
+                    },
+                )
+        return to_wire(payloads)
+
+    @app.post("/codec/encode", tags=["codec"], response_model=CodecPayloads)
+    def codec_encode(body: CodecPayloads, who: CodecCaller) -> dict[str, Any]:
+        """Seal payloads as the caller's (what the Temporal UI sends into a run)."""
+        return to_wire(encode_for(who, from_wire(body), cfg.payload_codec))
 
     # ---- audit, registry, health, metrics ------------------------------------------------------
     @app.get("/v1/audit", tags=["audit"])

@@ -66,7 +66,7 @@ def _stack(policy: Path | None = None) -> Any:
 async def _use_temporal(stack: Any) -> None:
     """Connect the service to Temporal (durable plans: approve / reject / cancel reach the
     running workflow); when Temporal is not reachable, durable operations say so."""
-    from countersign.durable import connect  # noqa: PLC0415
+    from countersign.durable import connect, payload_codec  # noqa: PLC0415
 
     settings = stack.settings
     with contextlib.suppress(ServiceError):
@@ -76,6 +76,7 @@ async def _use_temporal(stack: Any) -> None:
                 namespace=settings.temporal_namespace,
                 tls_cert=settings.temporal_tls_cert,
                 tls_key=settings.temporal_tls_key,
+                codec=payload_codec(settings.keys_dir),
             )
         )
 

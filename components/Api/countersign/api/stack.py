@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 
 from countersign.audit import AuditLog
-from countersign.durable import connect
+from countersign.durable import connect, payload_codec
 from countersign.intake.llm import LitellmProposer
 from countersign.kernel import (
     InputError,
@@ -171,12 +172,19 @@ def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
     cfg.runtime = cfg.runtime or (lambda: n8n_runtime(stack))
     cfg.registry_store = cfg.registry_store or stack.registry_store
     settings = stack.settings
+    # one payload key for the worker and the API, read from COUNTERSIGN_HOME (DurableOrchestrator
+    # SPEC, payload encryption): the API starts and decides runs, and opens them for the UI
+    codec = cfg.payload_codec = cfg.payload_codec or payload_codec(settings.keys_dir)
+    if cfg.codec_origin is None and settings.temporal_ui:
+        ui = urlsplit(settings.temporal_ui)
+        cfg.codec_origin = f"{ui.scheme}://{ui.netloc}"
     if cfg.temporal_connect is None:
         cfg.temporal_connect = lambda: connect(
             settings.temporal_address,
             namespace=settings.temporal_namespace,
             tls_cert=settings.temporal_tls_cert,
             tls_key=settings.temporal_tls_key,
+            codec=codec,
         )
     if cfg.temporal_ui is None and settings.temporal_ui:
         cfg.temporal_ui = (

@@ -179,9 +179,12 @@ def harness(
     *,
     settings: dict[str, str] | None = None,
     temporal_connect: Any = None,
+    payload_codec: Any = None,
+    codec_origin: str | None = None,
 ) -> Iterator[ApiHarness]:
     """Serve the API over these peers (``settings`` adds connector settings; ``temporal_connect``
-    lets durable plans run on Temporal)."""
+    lets durable plans run on Temporal; ``payload_codec`` and ``codec_origin`` serve the codec
+    endpoint for the Temporal UI at that origin)."""
     for user in (ALICE, BOB):
         radicale.make_calendar(user)
         for name in radicale.events(user):
@@ -223,6 +226,8 @@ def harness(
         sse_ping_s=1,
         registry_store=store,
         temporal_connect=temporal_connect,
+        payload_codec=payload_codec,
+        codec_origin=codec_origin,
     )
     app = create_app(service, users, config)
     try:

@@ -100,7 +100,13 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
     say(f"n8n ok: http://127.0.0.1:{settings.n8n_port}")
     host, _, tport = settings.temporal_address.rpartition(":")
     if host in {"127.0.0.1", "localhost"}:  # otherwise a cluster the settings point at
-        t = temporal_start(settings.home / "temporal", port=int(tport), ui_port=int(tport) + 1000)
+        t = temporal_start(
+            settings.home / "temporal",
+            port=int(tport),
+            ui_port=int(tport) + 1000,
+            # the UI asks the API to open sealed payloads for the signed-in person
+            ui_codec_endpoint=f"http://127.0.0.1:{port}/codec",
+        )
     else:
         t = {"address": settings.temporal_address, "ui": "(the cluster's own UI)"}
     say(f"temporal ok: {t['address']} (UI {t['ui']})")

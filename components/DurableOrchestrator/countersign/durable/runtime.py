@@ -49,9 +49,12 @@ def temporal_start(
     ui_port: int = 8233,
     timeout_s: float = 60,
     search_attributes: bool = True,
+    ui_codec_endpoint: str | None = None,
 ) -> dict[str, Any]:
     """Start the dev server in the background (pid and log in ``folder``); wait for the port.
-    ``search_attributes=False`` leaves them out (as a bare cluster would be)."""
+    ``search_attributes=False`` leaves them out (as a bare cluster would be);
+    ``ui_codec_endpoint`` (the API's ``…/codec``) lets the Web UI show sealed payloads to the
+    person they belong to."""
     folder.mkdir(parents=True, exist_ok=True)
     if port_open(port):
         return temporal_status(folder, port=port, ui_port=ui_port)
@@ -70,6 +73,8 @@ def temporal_start(
         "--log-level",
         "warn",
     ]
+    if ui_codec_endpoint:
+        cmd += ["--ui-codec-endpoint", ui_codec_endpoint]
     for attr, kind in SEARCH_ATTRIBUTES.items() if search_attributes else ():
         cmd += ["--search-attribute", f"{attr}={kind}"]
     log = folder / "temporal.log"
