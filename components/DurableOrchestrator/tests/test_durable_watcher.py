@@ -589,7 +589,7 @@ def test_worker_sigkill_and_approval_while_no_worker_runs(
     import signal
     import subprocess
 
-    from countersign.durable import connect, start_watcher
+    from countersign.durable import connect, payload_codec, start_watcher
     from countersign.durable.runtime import temporal_start, temporal_stop
     from countersign.n8n import free_port
 
@@ -638,7 +638,10 @@ def test_worker_sigkill_and_approval_while_no_worker_runs(
 
         async def go() -> Any:
             nonlocal second
-            client = await connect(f"127.0.0.1:{port}")
+            # the worker process seals with the payload key of its COUNTERSIGN_HOME: share it
+            client = await connect(
+                f"127.0.0.1:{port}", codec=payload_codec(tmp_path / "home" / "keys")
+            )
             inp = WatchInput(
                 signed=doc,
                 user_id="alice@example.com",
@@ -966,7 +969,7 @@ def test_worker_sigkill_mid_write_effect_happens_once(
     import signal
     import subprocess
 
-    from countersign.durable import connect, start_watcher
+    from countersign.durable import connect, payload_codec, start_watcher
     from countersign.durable.runtime import temporal_start, temporal_stop
     from countersign.n8n import free_port
 
@@ -1017,7 +1020,10 @@ def test_worker_sigkill_mid_write_effect_happens_once(
 
         async def go() -> Any:
             nonlocal second
-            client = await connect(f"127.0.0.1:{port}")
+            # the worker process seals with the payload key of its COUNTERSIGN_HOME: share it
+            client = await connect(
+                f"127.0.0.1:{port}", codec=payload_codec(tmp_path / "home" / "keys")
+            )
             inp = WatchInput(
                 signed=doc,
                 user_id="alice@example.com",
