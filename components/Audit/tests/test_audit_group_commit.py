@@ -119,9 +119,10 @@ def test_threads_each_get_their_own_row_in_shared_commits(db: Database) -> None:
     assert sorted(got.values()) == list(range(1, n_threads * per_thread + 1))
     with db.tx() as c:
         rows = {r.seq: (r.actor, r.step) for r in c.execute(text("SELECT * FROM audit_log"))}
-        events = c.execute(text("SELECT count(*) FROM plan_events")).scalar_one()
+        events = c.execute(text("SELECT audit_seq FROM plan_events ORDER BY seq")).scalars().all()
     assert {seq: key for key, seq in got.items()} == rows
-    assert events == n_threads * per_thread  # the trigger fed the plan's event log for each row
+    # the trigger fed the plan's event log for each row, numbered in the chain's order
+    assert events == list(range(1, n_threads * per_thread + 1))
     assert _verify(db) == (True, n_threads * per_thread)
     assert writer.rows == n_threads * per_thread
     assert writer.batches < writer.rows  # concurrent callers did share commits
@@ -253,6 +254,12 @@ def test_a_bad_entry_fails_its_caller_before_queueing(db: Database) -> None:
                 writer.append(bad)
         assert writer.queued == 0
         assert writer.append(_entry("good", 1)) == 1
+
+
+def test_settings_are_checked(db: Database) -> None:
+    for bad in ({"max_batch": 0}, {"gather_s": -1.0}):
+        with pytest.raises(ValueError, match="max_batch must be at least 1"):
+            GroupCommitAuditWriter(db, log=AuditLog(clock=system_clock), **bad)
 
 
 def test_close_writes_what_is_queued_then_refuses(db: Database) -> None:

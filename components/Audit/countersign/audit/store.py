@@ -16,6 +16,7 @@ Only derived facts go in: ``details`` refuses keys that name secrets or private 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,11 @@ _INT4 = 2**31 - 1  # the columns step, latency_ms and retries are Postgres ``int
 _MAX_SAFE = 2**53 - 1
 
 
+def _shown(key: str) -> str:
+    """A key as a message may carry it (a lone surrogate would break the validation error)."""
+    return key.encode("utf-8", "backslashreplace").decode()
+
+
 def _unstorable(value: JsonValue, path: str) -> str | None:
     """Why a JSON value would not come back from PostgreSQL as it went in (None if it would).
 
@@ -70,7 +76,7 @@ def _unstorable(value: JsonValue, path: str) -> str | None:
         return f"{path}: the number {value!r} is beyond 2^53-1 and would not read back exactly"
     if isinstance(value, dict):
         for k, v in value.items():
-            found = _unstorable(k, f"{path}.{k!r}") or _unstorable(v, f"{path}.{k}")
+            found = _unstorable(k, f"{path}.{_shown(k)!r}") or _unstorable(v, f"{path}.{_shown(k)}")
             if found:
                 return found
     if isinstance(value, list):
@@ -121,7 +127,7 @@ class AuditEntry(Contract):
         for key in v:
             if _FORBIDDEN.search(key):
                 raise ValueError(
-                    f"details.{key}: secrets and private content never go in the audit log"
+                    f"details.{_shown(key)}: secrets and private content never go in the audit log"
                 )
         if len(canonical_bytes(v)) > 4096:
             raise ValueError("details: at most 4 KB of derived facts")
@@ -170,16 +176,45 @@ _APPEND = text(
     """
 )
 
-_HEAD = text("SELECT seq, last_hash FROM audit_head WHERE id = 1 FOR UPDATE")
-_INSERT = text(
+# Several rows in one statement: the head locked as above, the links computed by a recursive
+# query over the content hashes in order (``:hashes``, text[]), the rows (``:rows``, a JSON array
+# whose element i + 1 is row i + 1's content) inserted, and the head moved to the last one.
+_APPEND_MANY = text(
     """
-    INSERT INTO audit_log (seq, ts, kind, plan_id, step, op, status, actor, reason, latency_ms,
-                           retries, details, content_hash, prev_hash, row_hash)
-    VALUES (:seq, :ts, :kind, :plan_id, :step, :op, :status, :actor, :reason, :latency_ms,
-            :retries, CAST(:details AS jsonb), :content_hash, :prev_hash, :row_hash)
+    WITH RECURSIVE h AS (SELECT seq, last_hash FROM audit_head WHERE id = 1 FOR UPDATE),
+    hashes AS (SELECT CAST(:hashes AS text[]) AS a),
+    chain (i, seq, prev_hash, row_hash) AS (
+      SELECT 0, h.seq, CAST(h.last_hash AS text), CAST(h.last_hash AS text) FROM h
+      UNION ALL
+      SELECT c.i + 1, c.seq + 1, c.row_hash,
+             encode(sha256(convert_to(c.row_hash || ':' || (c.seq + 1)::text || ':' || hashes.a[c.i + 1], 'UTF8')), 'hex')
+      FROM chain c, hashes WHERE c.i < cardinality(hashes.a)),
+    rows AS (
+      SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
+        i integer, ts timestamptz, kind text, plan_id text, step integer, op text, status text,
+        actor text, reason text, latency_ms integer, retries integer, details text,
+        content_hash text)),
+    ins AS (
+      INSERT INTO audit_log (seq, ts, kind, plan_id, step, op, status, actor, reason, latency_ms,
+                             retries, details, content_hash, prev_hash, row_hash)
+      SELECT c.seq, r.ts, r.kind, r.plan_id, r.step, r.op, r.status, r.actor, r.reason,
+             r.latency_ms, r.retries, CAST(r.details AS jsonb), r.content_hash, c.prev_hash,
+             c.row_hash
+      FROM chain c JOIN rows r ON r.i = c.i
+      ORDER BY c.seq
+      RETURNING seq, row_hash),
+    last AS (SELECT seq, row_hash FROM ins ORDER BY seq DESC LIMIT 1)
+    UPDATE audit_head SET seq = last.seq, last_hash = last.row_hash FROM last
+    WHERE audit_head.id = 1
+    RETURNING last.seq
     """
 )
-_MOVE_HEAD = text("UPDATE audit_head SET seq = :seq, last_hash = :h WHERE id = 1")
+
+
+_NO_HEAD = (
+    "audit append: the audit_head row is missing (deleted?), so the chain cannot be extended; "
+    "run `countersign audit verify` and restore the head from the last row"
+)
 
 
 class AuditHeadMissingError(CountersignError):
@@ -218,17 +253,13 @@ class AuditLog:
         self._clock = clock
 
     def append(self, conn: Connection, entry: AuditEntry | Mapping[str, Any]) -> int:
-        """Append one row inside the caller's transaction; returns its sequence number."""
-        p = self.prepare(entry)
-        seq = conn.execute(
-            _APPEND, {**p.params, "content_hash": p.content_hash}
-        ).scalar_one_or_none()
-        if seq is None:
-            raise AuditHeadMissingError(
-                "audit append: the audit_head row is missing (deleted?), so the chain cannot be "
-                "extended; run `countersign audit verify` and restore the head from the last row"
-            )
-        return int(seq)
+        """Append one row inside the caller's transaction; returns its sequence number.
+
+        Raises:
+            ContractError: the entry is not a valid ``AuditEntry``.
+            AuditHeadMissingError: the ``audit_head`` row is gone.
+        """
+        return self.append_prepared(conn, [self.prepare(entry)])[0]
 
     def prepare(
         self, entry: AuditEntry | Mapping[str, Any], *, ts: str | None = None
@@ -266,39 +297,33 @@ class AuditLog:
     def append_prepared(self, conn: Connection, entries: Sequence[PreparedEntry]) -> list[int]:
         """Append prepared rows, in order, inside the caller's transaction; their numbers.
 
-        One head lock (``SELECT … FOR UPDATE``, held to the end of the transaction, so other
-        processes' appends queue behind it), the links computed here, one multi-row insert, and
-        the head moved.
+        One statement (``_APPEND_MANY``; ``_APPEND`` for one row): the head locked
+        (``SELECT … FOR UPDATE``, held to the end of the transaction, so other processes' appends
+        queue behind it), the links computed, the rows inserted and the head moved.
 
         Raises:
             AuditHeadMissingError: the ``audit_head`` row is gone.
         """
         if not entries:
             return []
-        head = conn.execute(_HEAD).first()
-        if head is None:
-            raise AuditHeadMissingError(
-                "audit append: the audit_head row is missing (deleted?), so the chain cannot be "
-                "extended; run `countersign audit verify` and restore the head from the last row"
-            )
-        seq, prev = int(head.seq), str(head.last_hash)
-        rows = []
-        for e in entries:
-            seq += 1
-            h = row_hash(prev, seq, e.content_hash)
-            rows.append(
-                {
-                    **e.params,
-                    "seq": seq,
-                    "content_hash": e.content_hash,
-                    "prev_hash": prev,
-                    "row_hash": h,
-                }
-            )
-            prev = h
-        conn.execute(_INSERT, rows)
-        conn.execute(_MOVE_HEAD, {"seq": seq, "h": prev})
-        return [r["seq"] for r in rows]
+        if len(entries) == 1:  # one statement does lock, insert and move (one round trip)
+            e = entries[0]
+            one = conn.execute(
+                _APPEND, {**e.params, "content_hash": e.content_hash}
+            ).scalar_one_or_none()
+            if one is None:
+                raise AuditHeadMissingError(_NO_HEAD)
+            return [int(one)]
+        rows = [
+            {**e.params, "i": i, "content_hash": e.content_hash} for i, e in enumerate(entries, 1)
+        ]
+        last = conn.execute(
+            _APPEND_MANY,
+            {"hashes": [e.content_hash for e in entries], "rows": json.dumps(rows)},
+        ).scalar_one_or_none()
+        if last is None:
+            raise AuditHeadMissingError(_NO_HEAD)
+        return list(range(int(last) - len(entries) + 1, int(last) + 1))
 
     def rows(
         self, conn: Connection, *, plan_id: str | None = None, limit: int = 1000

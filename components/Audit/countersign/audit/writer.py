@@ -6,10 +6,11 @@ serves the appends that are their own transaction (a refusal, a preview, a step 
 ones that must commit with another write (those stay ``AuditLog.append(conn, …)`` in the caller's
 transaction). Scheme: leader/follower, no thread of its own. A caller validates, stamps and hashes
 its entry in its own thread (``AuditLog.prepare``: a bad entry fails only its caller), queues it,
-and waits; when no batch is being written, the first waiting caller becomes the leader, takes
-everything queued (up to ``max_batch``), appends it in one transaction through
-``AuditLog.append_prepared`` and commits, then wakes every caller of that batch with its sequence
-number. Rows queued meanwhile form the next batch.
+and waits; when no batch is being written, the first waiting caller becomes the leader, gathers
+(waits at most ``gather_s``, 1 ms, for as many rows as the last batch held), takes everything
+queued (up to ``max_batch``), appends it in one transaction through ``AuditLog.append_prepared``
+(one statement) and commits, then wakes every caller of that batch with its sequence number.
+Rows queued meanwhile form the next batch.
 
 Invariants:
     * A caller returns only after the transaction holding its row has committed (durable as any
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -64,15 +66,27 @@ class GroupCommitAuditWriter:
         db: the database.
         log: the chain code (its clock stamps the rows when their callers append them).
         max_batch: the most rows one transaction takes.
+        gather_s: how long a new leader may wait for the callers of the last batch to append
+            again (until as many rows as that batch held are queued). Without it, concurrent
+            callers split into two groups that commit in turn, each half as large (LLD.md).
     """
 
-    def __init__(self, db: Database, *, log: AuditLog, max_batch: int = 512) -> None:
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+    def __init__(
+        self, db: Database, *, log: AuditLog, max_batch: int = 512, gather_s: float = 0.001
+    ) -> None:
+        if max_batch < 1 or gather_s < 0:
+            raise ValueError(
+                f"max_batch must be at least 1 and gather_s not negative, got {max_batch} and "
+                f"{gather_s}"
+            )
         self._db = db
         self._log = log
         self._max_batch = max_batch
-        self._cond = threading.Condition()
+        self._gather_s = gather_s
+        self._last = 1  # rows in the last batch
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # wakes the callers of a written batch
+        self._gather = threading.Condition(lock)  # wakes a gathering leader
         self._queue: list[_Pending] = []
         self._writing = False
         self._closed = False
@@ -103,6 +117,7 @@ class GroupCommitAuditWriter:
                     "down); the entry was not stored"
                 )
             self._queue.append(mine)
+            self._gather.notify()
             while not mine.done:
                 if self._writing:
                     self._cond.wait()
@@ -115,9 +130,18 @@ class GroupCommitAuditWriter:
 
     def _lead(self) -> None:
         """Write one batch (called holding the lock; releases it while the database works)."""
+        self._writing = True
+        # The callers of the last batch were just woken and may be about to append again: wait
+        # for as many rows as the last batch held, for at most gather_s, before taking the queue.
+        deadline = time.monotonic() + self._gather_s
+        while len(self._queue) < min(self._last, self._max_batch) and not self._closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._gather.wait(left)
         batch = self._queue[: self._max_batch]
         del self._queue[: self._max_batch]
-        self._writing = True
+        self._last = len(batch)
         self._cond.release()
         try:
             outcome = self._write(batch)
@@ -158,6 +182,7 @@ class GroupCommitAuditWriter:
         """Refuse new appends and wait until every queued row is written (idempotent)."""
         with self._cond:
             self._closed = True
+            self._gather.notify_all()
             while self._queue or self._writing:
                 self._cond.wait()
 
