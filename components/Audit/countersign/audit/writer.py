@@ -134,11 +134,16 @@ class GroupCommitAuditWriter:
         # The callers of the last batch were just woken and may be about to append again: wait
         # for as many rows as the last batch held, for at most gather_s, before taking the queue.
         deadline = time.monotonic() + self._gather_s
-        while len(self._queue) < min(self._last, self._max_batch) and not self._closed:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._gather.wait(left)
+        try:
+            while len(self._queue) < min(self._last, self._max_batch) and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._gather.wait(left)
+        except BaseException:  # interrupted while gathering: let another caller lead
+            self._writing = False
+            self._cond.notify_all()
+            raise
         batch = self._queue[: self._max_batch]
         del self._queue[: self._max_batch]
         self._last = len(batch)
