@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from countersign.kernel import ContractError, canonical_bytes
-from countersign.kernel.canonical import _fast_ok, canonical_bytes_reference
+from countersign.kernel.canonical import _NotFastError, _sorted_copy, canonical_bytes_reference
 
 _text = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
 _keys = st.one_of(_text, st.text(alphabet=st.characters(max_codepoint=127), max_size=8))
@@ -88,7 +88,36 @@ _odd_values = st.recursive(
 )
 
 
+def _containers(value: Any) -> list[Any]:
+    found = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict | list | tuple):
+            found.append(v)
+            stack.extend(v.values() if isinstance(v, dict) else v)
+    return found
+
+
 @settings(max_examples=800, deadline=None)
 @given(_odd_values)
 def test_fast_path_condition_matches_its_definition(value: Any) -> None:
-    assert _fast_ok(value) == _fast_ok_spec(value)
+    """The fast path takes exactly the values of its definition; its sorted copy is the value,
+    made of fresh containers only, and the reference writes the copy as it writes the value."""
+    try:
+        copy = _sorted_copy(value)
+    except _NotFastError:
+        assert not _fast_ok_spec(value)
+        return
+    assert _fast_ok_spec(value)
+    assert copy == value
+    assert not {id(c) for c in _containers(value)} & {id(c) for c in _containers(copy)}
+    assert canonical_bytes_reference(copy) == canonical_bytes_reference(value)
+    assert canonical_bytes(value) == canonical_bytes_reference(value)
+
+
+def test_a_lone_surrogate_is_refused_on_either_path() -> None:
+    with pytest.raises(ContractError):
+        canonical_bytes({"k": "\ud800"})
+    with pytest.raises(ContractError):
+        canonical_bytes({"k": "\ud800", "f": 1.5})

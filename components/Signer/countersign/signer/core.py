@@ -123,14 +123,14 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _check_as_written(raw_env: Mapping[str, Any], envelope: SignatureEnvelope) -> None:
+def _check_as_written(raw_env: Mapping[str, Any], written: Mapping[str, Any]) -> None:
     """Every envelope field present and spelled as ``sign_plan`` writes it (SPEC promise 2).
 
-    The model normalizes (upper-cases a ULID, moves a timestamp to UTC milliseconds, fills in
-    ``algo``); that normal form is the one spelling the signer writes, so anything else in the
-    document is refused rather than normalized into acceptance.
+    ``written`` is the parsed envelope's ``to_json()``. The model normalizes (upper-cases a ULID,
+    moves a timestamp to UTC milliseconds, fills in ``algo``); that normal form is the one
+    spelling the signer writes, so anything else in the document is refused rather than
+    normalized into acceptance.
     """
-    written = envelope.to_json()
     for name, value in written.items():
         if name not in raw_env:
             raise MalformedEnvelopeError(
@@ -197,7 +197,8 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
         envelope = parse_contract(SignatureEnvelope, raw_env, what="signature")
     except ContractError as e:
         raise MalformedEnvelopeError(e.message) from e
-    _check_as_written(raw_env, envelope)
+    written = envelope.to_json()  # once: the as-written check and the signed message
+    _check_as_written(raw_env, written)
     try:
         data = canonical_bytes(raw_plan)
     except ContractError as e:
@@ -210,7 +211,7 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
     verify_key = keys.verify_key(envelope.pubkey_id)
     try:
         sig = base64.b64decode(envelope.signature, validate=True)
-        verify_key.verify(signing_message(envelope.to_json(), digest), sig)
+        verify_key.verify(signing_message(written, digest), sig)
     except (NaclBadSignature, binascii.Error, ValueError) as e:
         raise BadSignatureError(
             f"signature by key {envelope.pubkey_id!r} does not hold over plan "
