@@ -151,6 +151,12 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
         set(),
     ),
     (
+        "watch the lisbon consulate for a visa slot in march, hold it and mail me at alice@example.com",
+        "watch_visa_slots",
+        {"consulate": "lisbon", "hold": True, "notify_to": "alice@example.com"},
+        set(),
+    ),
+    (
         "watch for a visa appointment in Porto next week",
         "watch_visa_slots",
         {"consulate": "porto"},

@@ -51,8 +51,10 @@ __all__ = [
 ]
 
 #: on embedded defaults, capabilities point at the sandbox providers (real ones are a setting)
+#: (and links in what plans send point at the chat page `countersign up` serves)
 SANDBOX_POLICY: dict[str, Any] = {
-    "providers": {"calendar": "caldav", "mail": "smtp", "chat": "slack"}
+    "providers": {"calendar": "caldav", "mail": "smtp", "chat": "slack"},
+    "card_url": "http://127.0.0.1:8000/plans/{plan_id}",
 }
 _SMTP_CREDENTIAL = "countersign smtp"
 

@@ -207,6 +207,33 @@ class DurableActivities:
         except CountersignError as e:
             raise _app_error(e) from e
 
+    @activity.defn(name="require_gate")
+    def require_gate(self, call: RedeemCall) -> Any:
+        """A gate approved before the run started (its token spent by the execute that handed the
+        plan over, e.g. the watcher's hold): the recorded decision must be this user's approval
+        of this plan; the choice. Refused (non-retryable, audited) otherwise."""
+        v = self._verified(call.signed)
+        d = self.approvals.decision(v.plan.plan_id, call.gate_id)
+        if d is None or d.decision != "approved" or d.user_id != call.user_id:
+            found = "no decision" if d is None else f"{d.decision} by {d.user_id}"
+            self._audit(
+                kind="execute_refused",
+                status="refused",
+                actor=call.user_id,
+                plan_id=v.plan.plan_id,
+                op=call.gate_id,
+                reason="gate_not_approved",
+                details={"found": found},
+            )
+            raise ApplicationError(
+                f"plan {v.plan.plan_id}: {call.gate_id} guards what this run writes before the "
+                f"person is asked again, and it was not approved by {call.user_id} ({found}); "
+                "approve it and execute with its token",
+                type="gate_not_approved",
+                non_retryable=True,
+            )
+        return d.choice
+
     @activity.defn(name="reject_gate")
     def reject_gate(self, call: RedeemCall) -> None:
         """Record the rejection (``token`` carries the reason here)."""

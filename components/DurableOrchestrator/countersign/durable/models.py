@@ -29,6 +29,10 @@ class WatchState(_M):
     status: Literal["watching", "waiting_approval", "booking", "outcome_unknown", "done"] = (
         "watching"
     )
+    #: the hold on what was found (the hold write's result), released unless it is booked
+    held: dict[str, Any] | None = None
+    #: what the poll that found it returned (the hold's and the release's references read it)
+    found_in: Any = None
     #: the write whose outcome is unknown, waiting for a person's ``resolve_step``
     unknown_step: int | None = None
 
@@ -42,6 +46,11 @@ class WatchInput(_M):
     gate_id: str
     book_step: int
     notify_step: int | None = None
+    #: a gate approved when watching starts (its token spent by the execute that handed off),
+    #: guarding ``hold_step`` (hold what was found) and ``notice_step`` (mail a link to the card)
+    start_gate_id: str | None = None
+    hold_step: int | None = None
+    notice_step: int | None = None
     poll_interval_s: int = Field(default=900, ge=1)
     max_polls: int = Field(default=2000, ge=1)
     max_lifetime_s: int = Field(default=30 * 86400, ge=1)

@@ -184,19 +184,34 @@ def _attributes(user_id: str, plan: dict[str, Any]) -> TypedSearchAttributes:
 
 
 def watch_input_for(signed: dict[str, Any], user_id: str) -> WatchInput:
-    """The watcher input for a signed plan: its Watcher step, the gate after it, the first Booker
-    and Notifier after the gate; budget from the Watcher's args (the planner fills defaults)."""
+    """The watcher input for a signed plan: its Watcher step, the gate the person decides when
+    something is found (the last gate), the first Booker and Notifier after it; with a gate before
+    that one (approved when watching starts), its Booker holds what was found and its Notifier
+    mails the link to the card. Budget from the Watcher's args (the planner fills defaults)."""
     graph = signed["plan"]["graph"]
     watch = next((s for s in graph if s["role"] == "Watcher"), None)
     if watch is None:
         raise ValueError("the plan has no Watcher step")
-    gate = next((s for s in graph if s.get("gate_id") and s["step"] > watch["step"]), None)
+    gates = [s for s in graph if s.get("gate_id") and s["step"] > watch["step"]]
+    gate = gates[-1] if gates else None
     book = next(
         (s for s in graph if s["role"] == "Booker" and gate and s["step"] > gate["step"]), None
     )
     if gate is None or book is None:
         raise ValueError("the plan has no gate and Booker after its Watcher")
     notify = next((s for s in graph if s["role"] == "Notifier" and s["step"] > book["step"]), None)
+    start: dict[str, Any] = {}
+    if len(gates) >= 2:
+        first, within = gates[0], range(gates[0]["step"] + 1, gates[1]["step"])
+        hold = next((s for s in graph if s["role"] == "Booker" and s["step"] in within), None)
+        notice = next((s for s in graph if s["role"] == "Notifier" and s["step"] in within), None)
+        if hold is None:
+            raise ValueError(f"{first['gate_id']} guards no hold before {gate['gate_id']}")
+        start = {
+            "start_gate_id": first["gate_id"],
+            "hold_step": hold["step"],
+            "notice_step": notice["step"] if notice else None,
+        }
     budget = {
         k: watch["args"][k]
         for k in ("poll_interval_s", "max_polls", "max_lifetime_s")
@@ -209,6 +224,7 @@ def watch_input_for(signed: dict[str, Any], user_id: str) -> WatchInput:
         gate_id=gate["gate_id"],
         book_step=book["step"],
         notify_step=notify["step"] if notify else None,
+        **start,
         **budget,
     )
 
@@ -298,6 +314,7 @@ def make_worker(
             activities.verify_plan,
             activities.poll,
             activities.redeem_gate,
+            activities.require_gate,
             activities.reject_gate,
             activities.write_step,
             activities.reconcile_step,

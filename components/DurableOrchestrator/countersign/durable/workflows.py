@@ -25,6 +25,8 @@ with workflow.unsafe.imports_passed_through():
     from .activities import DurableActivities
     from .models import (
         ApproveGate,
+        CompensateCall,
+        DoneWrite,
         FinishCall,
         ReconcileCall,
         Reconfigure,
@@ -278,6 +280,7 @@ class WatcherWorkflow:
                 raise
             stored = getattr(self, "_stored", False) or inp.state is not None
             publish_state("cancelled", self._state.polls if self._state else 0)
+            await self._release(self._inp or inp)
             await record_cancel(inp.signed, inp.user_id, self._timeout(), stored)
             raise asyncio.CancelledError from e
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
@@ -295,6 +298,18 @@ class WatcherWorkflow:
                 start_to_close_timeout=self._timeout(),
             )
             self._stored = True
+            if inp.start_gate_id is not None:  # approved when watching started: check it
+                await workflow.execute_activity_method(
+                    DurableActivities.require_gate,
+                    RedeemCall(
+                        signed=inp.signed,
+                        user_id=inp.user_id,
+                        gate_id=inp.start_gate_id,
+                        token="approved at start",  # noqa: S106 (no token: the decision is read)
+                    ),
+                    retry_policy=_ONCE,
+                    start_to_close_timeout=self._timeout(),
+                )
             step_args = _step_args(inp.signed, inp.watch_step)
             state = WatchState(
                 started_at=now,
@@ -339,6 +354,8 @@ class WatcherWorkflow:
             st.last_poll_at = workflow.now()
             st.last_seen = seen
             slots = seen.get("slots") if isinstance(seen, dict) else None
+            if slots and inp.hold_step is not None and not await self._hold(inp, st, seen):
+                slots = None  # taken before it could be held: keep watching
             if slots:
                 st.found = slots[0]
                 st.status = "waiting_approval"
@@ -373,7 +390,7 @@ class WatcherWorkflow:
             except TimeoutError:
                 return await self._end(inp, "approval_timeout")
             if self._cancelled and self._decision is None:
-                return await self._end(inp, "cancelled")
+                return await self._end(inp, "cancelled")  # releases the hold
             if self._decision == "rejected":
                 return await self._end(inp, "rejected")
         st.status = "booking"
@@ -388,6 +405,9 @@ class WatcherWorkflow:
                 gate_id=inp.gate_id,
             )
         )
+        if _slot_id(self._choice) != _slot_id({"slot": st.found}):
+            await self._release(inp)  # another slot was chosen: the held one goes back
+        st.held = None  # booking the held slot ends its hold at the provider
         notified = await self._notify(inp, self._choice)
         st.status = "done"
         workflow.set_current_details(watch_now(st))
@@ -424,6 +444,58 @@ class WatcherWorkflow:
             st.status, st.unknown_step = before, None
             self._unknown_call = None
 
+    async def _hold(self, inp: WatchInput, st: WatchState, seen: Any) -> bool:
+        """Hold what the poll found (a write under the gate approved at start) and mail the link
+        to the card; False when the provider refused the hold (someone took the slot)."""
+        if inp.hold_step is None:
+            return True
+        try:
+            held = await self._write(
+                StepCall(
+                    signed=inp.signed,
+                    user_id=inp.user_id,
+                    step=inp.hold_step,
+                    gate_id=inp.start_gate_id,
+                    outputs={str(inp.watch_step): seen},
+                )
+            )
+        except ActivityError as e:
+            refused = isinstance(e.cause, ApplicationError) and e.cause.type == "provider_refused"
+            if is_cancelled_exception(e) or not refused:
+                raise
+            return False
+        st.held, st.found_in = dict(held or {}), seen
+        if inp.notice_step is not None:
+            await self._write(
+                StepCall(
+                    signed=inp.signed,
+                    user_id=inp.user_id,
+                    step=inp.notice_step,
+                    gate_id=inp.start_gate_id,
+                )
+            )
+        return True
+
+    async def _release(self, inp: WatchInput) -> None:
+        """Release the hold (the hold's registry compensation, at most once) unless it was
+        booked; called when the person rejects, does not decide in time, or cancels."""
+        st = self._state
+        if st is None or st.held is None or inp.hold_step is None:
+            return
+        await workflow.execute_activity_method(
+            DurableActivities.compensate,
+            CompensateCall(
+                signed=inp.signed,
+                user_id=inp.user_id,
+                done=[DoneWrite(step=inp.hold_step, result=st.held)],
+                outputs={str(inp.watch_step): st.found_in},
+            ),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            start_to_close_timeout=self._timeout(),
+            summary=f"release the hold of step {inp.hold_step}",
+        )
+        st.held = None
+
     async def _notify(self, inp: WatchInput, choice: Any) -> bool:
         if inp.notify_step is None:
             return False
@@ -439,6 +511,7 @@ class WatcherWorkflow:
         return True
 
     async def _end(self, inp: WatchInput, status: str) -> WatchResult:
+        await self._release(inp)
         st = self._state
         polls = st.polls if st is not None else 0
         notified = False
@@ -476,6 +549,13 @@ def _step_args(signed: dict[str, Any], step: int) -> dict[str, Any]:
         raise ApplicationError(f"plan has no step {step}", type="invalid_input", non_retryable=True)
     args: dict[str, Any] = graph[step - 1].get("args", {})
     return args
+
+
+def _slot_id(choice: Any) -> str | None:
+    slot = choice.get("slot") if isinstance(choice, dict) else None
+    if isinstance(slot, dict):
+        return str(slot.get("id"))
+    return None if slot is None else str(slot)
 
 
 def _booking_id(booking: Any) -> str | None:

@@ -176,6 +176,22 @@ class Executor:
         specs = write_specs(plan, self.registry)
         durable = [w.step for w in specs if plan.step(w.step).mode != "interactive"]
         if durable:
+            if tokens:  # gates approved when the run starts (a watcher's hold): spent here
+                order = _gate_order(plan, specs)
+                # a watcher's last gate decides what it found, on the running workflow
+                at_start = order[:-1] if any(s.role == "Watcher" for s in plan.graph) else []
+                unknown = sorted(set(tokens) - set(at_start))
+                if unknown:
+                    raise ExecuteRefusedError(
+                        f"plan {plan.plan_id}: {', '.join(unknown)} is not approved when the run "
+                        f"starts (gates approved at start: {at_start or 'none'}); the running "
+                        "workflow takes its decision"
+                    )
+                fresh = self._prove_gates(verified, specs, user_id, tokens)
+                for g, choice in fresh.items():
+                    self.recorder.plans.set_step(
+                        plan.plan_id, _gate_step(plan, g), "done", output={"choice": choice}
+                    )
             return await self._hand_off(verified, document, durable, user_id)
         if self.transport is None:
             raise ExecuteRefusedError(
@@ -280,7 +296,8 @@ class Executor:
         self, verified: VerifiedPlan, document: Any, durable: list[int], user_id: str
     ) -> ExecuteReport:
         """Durable writes: start (or join) the plan's Temporal workflow; its gates are approved
-        there (``approve_gate`` update with a token), so no token is spent here."""
+        there (``approve_gate`` update with a token), except a gate approved to start the run (a
+        watcher's hold): its token was spent by ``_execute`` and the run checks the decision."""
         plan = verified.plan
         if self.durable is None:
             raise ExecuteRefusedError(

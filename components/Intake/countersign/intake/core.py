@@ -365,6 +365,11 @@ def _extract(name: str, kind: str, text: str, local: datetime, contacts: Sequenc
             city = (m.group(1) or m.group(2)).lower()
             return (city, m.group(0))
         return None
+    if kind == "boolean" and name == "hold":
+        m = re.search(
+            r"\b(?:and\s+)?(?:hold|reserve|keep)\s+(?:it|one|the\s+slot|a\s+slot)\b", text, re.I
+        )
+        return (True, m.group(0)) if m else None
     if kind == "datetime":
         window = _window(text, local)
         if window is None:

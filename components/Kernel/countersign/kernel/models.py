@@ -432,6 +432,18 @@ class Policy(Contract):
         }
     )
 
+    #: the chat card of a plan, for links in what a plan sends (``{plan_id}`` is filled in);
+    #: unset: ``/plans/<plan_id>``. Left out of the signed form when unset, so policies that do
+    #: not set it keep their version.
+    card_url: str | None = Field(default=None, max_length=500, pattern=r"^https?://\S+$")
+
+    def to_json(self) -> dict[str, Any]:
+        """The signed form (``card_url`` only when set)."""
+        out = self.model_dump(mode="json")
+        if out.get("card_url") is None:
+            out.pop("card_url", None)
+        return out
+
     @cached_property
     def version(self) -> str:
         """vC: sha256 of the canonical JSON of this Policy (computed once per instance)."""

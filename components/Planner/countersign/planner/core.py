@@ -108,7 +108,7 @@ def make_plan(
     }
     plan_id = derived_ulid(intent.received_at, sha256_hex(canonical_bytes(inputs)).encode())
 
-    protos = _expand(spec, intent, entities, registry, policy)
+    protos = _expand(spec, intent, entities, registry, policy, plan_id)
     protos = _insert_gates(protos, policy, registry)
     ordered = _toposort(protos)
     number = {p.key: i + 1 for i, p in enumerate(ordered)}
@@ -271,11 +271,12 @@ def _expand(
     entities: Mapping[str, JsonValue],
     registry: Registry,
     policy: Policy,
+    plan_id: str,
 ) -> list[_Proto]:
     keys_of: dict[str, list[str]] = {}
     protos: list[_Proto] = []
     for t in spec.steps:
-        if t.when is not None and t.when not in entities:
+        if any(entities.get(w) in (None, False) for w in t.conditions()):
             # Dropped: whoever depended on it depends on what it depended on.
             keys_of[t.id] = sorted({k for d in t.after for k in keys_of[d]})
             continue
@@ -292,7 +293,9 @@ def _expand(
         for i, item in enumerate(items):
             key = f"{t.id}#{i}" if t.foreach is not None else t.id
             args = {
-                k: _substitute(v, intent, entities, item, policy, f"{spec.name}.{t.id}.args.{k}")
+                k: _substitute(
+                    v, intent, entities, item, policy, f"{spec.name}.{t.id}.args.{k}", plan_id
+                )
                 for k, v in t.args.items()
             }
             args = {k: v for k, v in args.items() if v is not None}
@@ -337,9 +340,18 @@ def _substitute(
     item: JsonValue | None,
     policy: Policy,
     where: str,
+    plan_id: str,
 ) -> Any:
-    """Fill registry-authored placeholders. Substituted values are never re-scanned."""
+    """Fill registry-authored placeholders. Substituted values are never re-scanned: only a string
+    the registry wrote may be a ``$text:`` template, in which ``{plan_id}`` and ``{card_url}`` (the
+    plan's card: the Policy's ``card_url`` with ``{plan_id}`` filled, ``/plans/<plan_id>`` when
+    unset) are the only placeholders."""
     if isinstance(v, str):
+        if v.startswith("$text:"):
+            card = (policy.card_url or "/plans/{plan_id}").replace("{plan_id}", plan_id)
+            return (
+                v.removeprefix("$text:").replace("{card_url}", card).replace("{plan_id}", plan_id)
+            )
         if v == "$item":
             return item
         if v.startswith("$entities."):
@@ -354,9 +366,11 @@ def _substitute(
     if isinstance(v, dict):
         if "$ref" in v:
             return dict(v)
-        return {k: _substitute(x, intent, entities, item, policy, where) for k, x in v.items()}
+        return {
+            k: _substitute(x, intent, entities, item, policy, where, plan_id) for k, x in v.items()
+        }
     if isinstance(v, list):
-        return [_substitute(x, intent, entities, item, policy, where) for x in v]
+        return [_substitute(x, intent, entities, item, policy, where, plan_id) for x in v]
     return v
 
 

@@ -256,7 +256,14 @@ class StepTemplate(Contract):
     args: dict[str, JsonValue] = Field(default_factory=dict)
     after: list[str] = Field(default_factory=list)
     group: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
-    when: str | None = None
+    #: the step is planned only when each named entity is given and not ``false``
+    when: str | list[str] | None = None
+
+    def conditions(self) -> list[str]:
+        """The entities ``when`` names (none: always planned)."""
+        if self.when is None:
+            return []
+        return [self.when] if isinstance(self.when, str) else list(self.when)
 
 
 class IntentSpec(Contract):
@@ -284,7 +291,8 @@ class IntentSpec(Contract):
                     raise ValueError(f"steps[{i}].after names {dep!r}, not an earlier step")
             if t.foreach is not None and t.foreach not in names:
                 raise ValueError(f"steps[{i}].foreach names unknown entity {t.foreach!r}")
-            if t.when is not None and t.when not in names:
-                raise ValueError(f"steps[{i}].when names unknown entity {t.when!r}")
+            for w in t.conditions():
+                if w not in names:
+                    raise ValueError(f"steps[{i}].when names unknown entity {w!r}")
             seen.add(t.id)
         return self

@@ -62,6 +62,10 @@ class VisaSandbox:
     release: threading.Event = field(default_factory=threading.Event)
     #: slot id -> hold id (held slots are left out of searches)
     holds: dict[str, str] = field(default_factory=dict)
+    #: Idempotency-Key → slot of each hold made (the same key again answers the same hold)
+    hold_keys: dict[str, str] = field(default_factory=dict)
+    hold_posts: int = 0
+    released: list[str] = field(default_factory=list)
     #: made to appear now by ``POST /_sandbox/slots``
     forced: bool = False
     url: str = ""
@@ -98,7 +102,7 @@ class VisaSandbox:
         if what == "slots" and not rest and req.method == "GET":
             return self._search(consulate, req)
         if what == "slots" and len(rest) == 2 and rest[1] == "hold":
-            return self._hold(req.method, rest[0])
+            return self._hold(req.method, rest[0], req.header("Idempotency-Key"))
         if what == "bookings" and not rest and req.method == "POST":
             return self._book(req)
         if what == "bookings" and len(rest) == 1 and req.method == "DELETE":
@@ -116,17 +120,23 @@ class VisaSandbox:
             slots = [s for s in slots if s["id"] not in self.holds]
         return Answer(200, {"slots": slots})
 
-    def _hold(self, method: str, slot: str) -> Answer:
+    def _hold(self, method: str, slot: str, key: str | None = None) -> Answer:
         with self._lock:
             if method == "POST":
+                self.hold_posts += 1
+                if key and self.hold_keys.get(key) == slot and slot in self.holds:
+                    return Answer(201, {"hold_id": self.holds[slot], "slot": slot})  # a replay
                 if slot in self.holds:
                     return Answer(409, {"error": f"slot {slot} is already held"})
-                self.holds[slot] = f"hold-{len(self.holds) + 1}"
+                self.holds[slot] = f"hold-{self.hold_posts}"
+                if key:
+                    self.hold_keys[key] = slot
                 return Answer(201, {"hold_id": self.holds[slot], "slot": slot})
             if method == "DELETE":
-                return Answer(
-                    200, {"slot": slot, "released": self.holds.pop(slot, None) is not None}
-                )
+                held = self.holds.pop(slot, None) is not None
+                if held:
+                    self.released.append(slot)
+                return Answer(200, {"slot": slot, "released": held})
         return Answer(405, {"error": f"{method} on a hold"})
 
     def _book(self, req: Request) -> Answer:

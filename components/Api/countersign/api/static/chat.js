@@ -108,7 +108,8 @@ function card(doc, preview, changes) {
   // a durable plan (a watcher) starts first; its gate opens when the watcher finds something
   const durable = plan.graph.some((s) => s.mode === "durable");
   if (durable) box.append(starter(doc));
-  plan.graph.filter((s) => s.gate_id).forEach((g, i) => box.append(i === 0 && !durable ? gate(doc, g, reads) : later(doc, g)));
+  const startGate = durable ? startGateOf(plan) : null;
+  plan.graph.filter((s) => s.gate_id && s.gate_id !== startGate).forEach((g, i) => box.append(i === 0 && !durable ? gate(doc, g, reads) : later(doc, g)));
   const status = el("p", { class: "meta", role: "status", "aria-live": "polite", id: `status-${plan.plan_id}` });
   box.append(status);
   const stop = el("button", { type: "button", class: "cancel", onclick: async () => {
@@ -163,14 +164,28 @@ function needsChoice(doc, gateId) {
   return doc.plan.graph.some((s) => JSON.stringify(s.args).includes(`"gates.${gateId}.choice`));
 }
 
+function startGateOf(plan) {
+  // a watcher that holds what it finds has two gates after its Watcher: the first guards the
+  // hold and the mail with the card's link, and is approved by starting the watcher
+  const watch = plan.graph.find((s) => s.role === "Watcher");
+  const gates = plan.graph.filter((s) => s.gate_id && watch && s.step > watch.step);
+  return gates.length >= 2 ? gates[0].gate_id : null;
+}
+
 function starter(doc) {
   const planId = doc.plan.plan_id;
-  const fs = el("fieldset", { "aria-label": "start watching", class: "starter" }, el("legend", {}, "Start watching?"),
-    el("p", { class: "meta" }, "Runs on Temporal until it finds something or its budget ends; nothing is booked before you approve what it found."));
+  const startGate = startGateOf(doc.plan);
+  const guarded = startGate ? doc.plan.graph.find((s) => s.gate_id === startGate).args.summary : "";
+  const fs = el("fieldset", { "aria-label": "start watching", class: "starter", "data-start-gate": startGate || "" }, el("legend", {}, "Start watching?"),
+    el("p", { class: "meta" }, startGate
+      ? `Runs on Temporal until it finds something or its budget ends. Starting approves ${startGate} (${guarded}): when a slot appears it is held for you and you get a mail with a link to this card; nothing is booked before you approve it, and the hold is released if you reject it or do not decide in time.`
+      : "Runs on Temporal until it finds something or its budget ends; nothing is booked before you approve what it found."));
   const go = el("button", { type: "button", onclick: async () => {
     go.disabled = true;
     try {
-      const run = await api("POST", `/v1/plans/${planId}/execute`, { tokens: {} });
+      const tokens = {};
+      if (startGate) tokens[startGate] = (await api("POST", `/v1/plans/${planId}/gates/${startGate}/approve`, {})).token;
+      const run = await api("POST", `/v1/plans/${planId}/execute`, { tokens });
       note(planId, `watching (${run.workflow_id})`);
       if (run.workflow_id) showRun(planId, run.workflow_id);
       follow(planId);
@@ -185,7 +200,7 @@ async function openFound(planId, found) {
   const doc = docs[planId];
   const box = document.querySelector(`section.card[data-plan="${planId}"]`);
   if (!doc || !box) return;
-  const g = doc.plan.graph.find((s) => s.gate_id);
+  const g = doc.plan.graph.filter((s) => s.gate_id).pop();  // the gate that books what was found
   const spot = g && box.querySelector(`fieldset[data-gate="${g.gate_id}"][disabled]`);
   if (!spot) return;
   const fs = gate(doc, g, { found });
@@ -198,7 +213,7 @@ function later(doc, g) {
   const before = doc.plan.graph.filter((s) => s.gate_id && s.step < g.step).map((s) => s.gate_id).join(", ");
   return el("fieldset", { "aria-label": `gate ${g.gate_id}`, "data-gate": g.gate_id, disabled: "" },
     el("legend", {}, `${g.gate_id} (later)`),
-    el("p", { class: "meta" }, before
+    el("p", { class: "meta" }, before && !doc.plan.graph.some((s) => s.role === "Watcher")
       ? `After ${before}: you will see what was done and decide ${g.gate_id}.`
       : `When the watcher finds something, you choose from it and decide ${g.gate_id}.`));
 }

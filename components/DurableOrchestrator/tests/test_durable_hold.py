@@ -1,0 +1,370 @@
+"""The watcher that holds what it found (issue 14): watch → hold the slot → mail a link to the card
+(gate-A, approved when watching starts) → gate-B → book → mail; the hold is released when the
+person rejects, does not decide in time, or cancels. Time-skipping server, real Postgres, the
+sandbox slot service, a real SMTP peer."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from countersign.approvals import Approvals
+from countersign.audit import AuditLog
+from countersign.durable import (
+    TASK_QUEUE,
+    ApproveGate,
+    DurableActivities,
+    RejectGate,
+    WatcherWorkflow,
+    replayer,
+    watch_input_for,
+)
+from countersign.durable.testing import (  # noqa: F401  (fixture)
+    sandbox_fixture,
+    time_skipping_worker,
+)
+from countersign.kernel import Intent, Plan, Policy, system_clock
+from countersign.planner import make_plan
+from countersign.registry import Registry
+from countersign.sandbox import SmtpSink, VisaSandbox
+from countersign.sandbox.http import Answer
+from countersign.signer import KeyRing, sign_plan
+from countersign.storage import Database
+
+LOCAL = Policy(
+    providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"},
+    card_url="http://127.0.0.1:8000/plans/{plan_id}",
+)
+USER = "alice@example.com"
+_ids = iter(range(1, 10_000))
+
+
+def _signed(registry: Registry, keyring: KeyRing, **entities: Any) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    n = next(_ids)
+    intent = Intent.model_validate(
+        {
+            "intent": "watch_visa_slots",
+            "intent_id": f"01JDQ3Z00000000000001{n:05d}",
+            "received_at": datetime.now(UTC).replace(microsecond=0).isoformat(),
+            "user_id": USER,
+            "entities": {
+                "consulate": "lisbon",
+                "date_from": "2027-03-01T00:00:00Z",
+                "date_to": "2027-03-31T00:00:00Z",
+                "notify_to": USER,
+                "hold": True,
+                **entities,
+            },
+        }
+    )
+    plan = make_plan(intent, [], registry, LOCAL)
+    assert isinstance(plan, Plan)
+    pid, key = keyring.active()
+    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+
+
+def _approve(db: Database, doc: dict[str, Any], gate: str, choice: Any = None) -> str:
+    scopes = doc["plan"]["constraints"]["scopes"]  # what the API's tokens carry
+    approvals = Approvals(db, clock=system_clock)
+    token = approvals.issue(
+        plan_id=doc["plan"]["plan_id"],
+        plan_hash=doc["plan_hash"],
+        gate_id=gate,
+        user_id=USER,
+        scopes=scopes,
+        ttl_s=300,
+        choice=choice,
+    ).token
+    if gate == "gate-A":  # what `execute` does with gate-A's token before it hands off
+        approvals.redeem(
+            token,
+            plan_id=doc["plan"]["plan_id"],
+            plan_hash=doc["plan_hash"],
+            gate_id=gate,
+            user_id=USER,
+            required_scopes=scopes,
+        )
+    return token
+
+
+async def _until(env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any], status: str) -> Any:
+    for _ in range(24 * 10):
+        st = await env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id).query(
+            WatcherWorkflow.status
+        )
+        if st is not None and st.status == status:
+            return st
+        await env.sleep(timedelta(hours=1))
+    raise AssertionError(f"never reached {status}")
+
+
+def _run(
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    sandbox: VisaSandbox,
+    smtp: SmtpSink,
+    body: Any,
+    *,
+    approve_start: bool = True,
+) -> Any:
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp.host,
+        "smtp_port": str(smtp.port),
+        "smtp_from": "countersign@example.com",
+    }
+    acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
+    doc = _signed(registry, keyring)
+    if approve_start:
+        _approve(db, doc, "gate-A")
+
+    async def go() -> Any:
+        async with time_skipping_worker(acts) as env:
+            inp = watch_input_for(doc, USER).model_copy(
+                update={"poll_interval_s": 3600, "approval_timeout_s": 2 * 86400}
+            )
+            handle = await env.client.start_workflow(
+                WatcherWorkflow.run,
+                inp,
+                id=f"watch-{doc['plan']['plan_id']}",
+                task_queue=TASK_QUEUE,
+            )
+            out = await body(env, handle, doc)
+            await replayer().replay_workflow(await handle.fetch_history())
+            return out
+
+    return asyncio.run(go())
+
+
+def test_the_plan_and_its_watch_input(registry: Registry, keyring: KeyRing) -> None:
+    doc = _signed(registry, keyring)
+    graph = doc["plan"]["graph"]
+    assert [(s["step"], s["call"], s["gate_id"]) for s in graph] == [
+        (1, "find_slots", None),
+        (2, "confirm", "gate-A"),
+        (3, "hold_slot", None),
+        (4, "send", None),
+        (5, "confirm", "gate-B"),
+        (6, "book_slot", None),
+        (7, "send", None),
+    ]
+    assert graph[2]["args"]["slot_id"] == {"$ref": "steps.1.output.slots.0.id"}
+    link = f"http://127.0.0.1:8000/plans/{doc['plan']['plan_id']}"
+    assert graph[3]["args"]["body"].endswith(link)  # the card's link, signed in the plan
+    inp = watch_input_for(doc, USER)
+    assert (inp.start_gate_id, inp.hold_step, inp.notice_step) == ("gate-A", 3, 4)
+    assert (inp.gate_id, inp.book_step, inp.notify_step) == ("gate-B", 6, 7)
+    # without "hold", the plan is the one it always was (one gate, no hold)
+    plain = _signed(registry, keyring, hold=False)
+    assert [s["call"] for s in plain["plan"]["graph"]] == [
+        "find_slots",
+        "confirm",
+        "book_slot",
+        "send",
+    ]
+    assert watch_input_for(plain, USER).hold_step is None
+
+
+@pytest.mark.slow
+def test_found_held_noticed_then_approved_booked_once(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    sandbox.appear_after = 30
+    smtp_server.messages.clear()
+
+    async def body(env: WorkflowEnvironment, handle: Any, doc: dict[str, Any]) -> Any:
+        st = await _until(env, handle, "waiting_approval")
+        held = st.held.get("output", st.held)
+        assert st.found["id"] == "slot-1" and held["hold_id"]
+        assert sandbox.holds == {"slot-1": held["hold_id"]}  # held while the person decides
+        notice = smtp_server.to(USER)
+        assert len(notice) == 1
+        link = f"/plans/{doc['plan']['plan_id']}"
+        body = notice[0].get_payload(decode=True)
+        assert isinstance(body, bytes) and link in body.decode()
+        latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
+        with pytest.raises(WorkflowUpdateFailedError):  # the booking gate is gate-B
+            await latest.execute_update(
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token="x" * 20)
+            )
+        token = _approve(db, doc, "gate-B", {"slot": st.found})
+        await latest.execute_update(
+            WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-B", token=token)
+        )
+        return await latest.result()
+
+    result = _run(db, registry, keyring, sandbox, smtp_server, body)
+    assert result.status == "booked" and len(sandbox.bookings) == 1
+    assert sandbox.hold_posts == 1 and sandbox.holds == {} and sandbox.released == []
+    assert len(smtp_server.to(USER)) == 2  # the notice, then the confirmation
+    with db.tx() as c:
+        assert AuditLog(clock=system_clock).verify(c).ok
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["rejected", "approval_timeout", "cancelled"])
+def test_the_hold_is_released_when_not_booked(
+    how: str,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    sandbox: VisaSandbox,
+    smtp_server: SmtpSink,
+) -> None:
+    sandbox.appear_after = 3
+
+    async def body(env: WorkflowEnvironment, handle: Any, doc: dict[str, Any]) -> Any:
+        await _until(env, handle, "waiting_approval")
+        assert list(sandbox.holds) == ["slot-1"]
+        latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
+        if how == "rejected":
+            await latest.execute_update(
+                WatcherWorkflow.reject_gate, RejectGate(gate_id="gate-B", reason="not that day")
+            )
+        elif how == "approval_timeout":
+            await env.sleep(timedelta(days=3))
+        else:
+            await latest.cancel()
+            with pytest.raises(WorkflowFailureError):
+                await latest.result()
+            return how
+        return (await latest.result()).status
+
+    assert _run(db, registry, keyring, sandbox, smtp_server, body) == how
+    assert sandbox.released == ["slot-1"] and sandbox.holds == {} and not sandbox.bookings
+    with db.tx() as c:
+        rows = c.execute(
+            text("SELECT count(*) FROM audit_log WHERE kind = 'step_compensated'")
+        ).scalar_one()
+    assert rows >= 1
+
+
+@pytest.mark.slow
+def test_a_slot_taken_before_the_hold_keeps_watching(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """Someone else holds the slot the search still shows: the hold is refused, the watcher keeps
+    polling (no notice), and holds the next time the slot is free."""
+    sandbox.appear_after = 2
+    smtp_server.messages.clear()
+
+    async def body(env: WorkflowEnvironment, handle: Any, doc: dict[str, Any]) -> Any:
+        sandbox.holds["slot-1"] = "someone-else"
+        real_search = sandbox._search
+
+        def leaky(consulate: str, req: Any) -> Any:  # the search does not know about holds yet
+            ans = real_search(consulate, req)
+            if sandbox.holds.get("slot-1") == "someone-else":
+                return Answer(200, {"slots": [{"id": "slot-1", "at": "2027-03-14T09:00:00Z"}]})
+            return ans
+
+        sandbox._search = leaky  # type: ignore[method-assign]
+        await env.sleep(timedelta(hours=5))
+        st = await env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id).query(
+            WatcherWorkflow.status
+        )
+        assert st is not None
+        assert st.status == "watching" and st.held is None and st.polls >= 3
+        assert smtp_server.to(USER) == []
+        sandbox.holds.pop("slot-1")
+        st = await _until(env, handle, "waiting_approval")
+        assert st.held is not None and list(sandbox.holds) == ["slot-1"]
+        await env.client.get_workflow_handle(handle.id).cancel()
+        return st.polls
+
+    _run(db, registry, keyring, sandbox, smtp_server, body)
+    assert len(smtp_server.to(USER)) == 1
+
+
+@pytest.mark.slow
+def test_without_gate_a_approved_nothing_is_held(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """gate-A guards the hold and the notice: a run started without its approval fails at once
+    (``gate_not_approved``, audited) before any poll or hold."""
+    sandbox.appear_after = 1
+
+    async def body(env: WorkflowEnvironment, handle: Any, doc: dict[str, Any]) -> Any:
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        return doc["plan"]["plan_id"]
+
+    plan_id = _run(db, registry, keyring, sandbox, smtp_server, body, approve_start=False)
+    assert sandbox.searches == 0 and sandbox.hold_posts == 0
+    with db.tx() as c:
+        reasons = c.execute(
+            text("SELECT reason FROM audit_log WHERE plan_id = :p AND kind = 'execute_refused'"),
+            {"p": plan_id},
+        ).scalars()
+        assert "gate_not_approved" in list(reasons)
+
+
+@pytest.mark.slow
+def test_execute_spends_gate_a_then_hands_off(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """`execute` with gate-A's token (what 'Start watching' sends): the token is spent, the plan
+    handed to Temporal, and the run holds what it finds; gate-B's token at execute is refused
+    (the running workflow takes that decision)."""
+    from countersign.durable import durable_starter
+    from countersign.execute import ExecuteRefusedError, Executor
+
+    sandbox.appear_after = 2
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp_server.host,
+        "smtp_port": str(smtp_server.port),
+        "smtp_from": "countersign@example.com",
+    }
+    acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
+    doc = _signed(registry, keyring)
+    scopes = doc["plan"]["constraints"]["scopes"]
+
+    def token(gate: str) -> str:
+        return (
+            Approvals(db, clock=system_clock)
+            .issue(
+                plan_id=doc["plan"]["plan_id"],
+                plan_hash=doc["plan_hash"],
+                gate_id=gate,
+                user_id=USER,
+                scopes=scopes,
+                ttl_s=300,
+            )
+            .token
+        )
+
+    async def go() -> Any:
+        async with time_skipping_worker(acts) as env:
+            ex = Executor(
+                keys=keyring,
+                registry=registry,
+                transport=None,
+                db=db,
+                settings={},
+                durable=durable_starter(env.client, search_attributes=False),
+            )
+            with pytest.raises(ExecuteRefusedError, match="gate-B is not approved when the run"):
+                await ex.execute(doc, user_id=USER, tokens={"gate-B": token("gate-B")})
+            report = await ex.execute(doc, user_id=USER, tokens={"gate-A": token("gate-A")})
+            assert report.status == "handed_off"
+            handle = env.client.get_workflow_handle(report.workflow_id or "")
+            st = await _until(env, handle, "waiting_approval")
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError):  # ends CANCELED, the hold released
+                await handle.result()
+            return st
+
+    st = asyncio.run(go())
+    assert st.held is not None and sandbox.released == ["slot-1"]
+    decision = Approvals(db, clock=system_clock).decision(doc["plan"]["plan_id"], "gate-A")
+    assert decision is not None and decision.decision == "approved"
