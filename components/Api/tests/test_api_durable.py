@@ -309,3 +309,90 @@ def test_a_run_terminated_outside_is_reconciled(
     finally:
         stop.set()
         worker.join(15)
+
+
+def test_a_watcher_revised_from_the_chat_replaces_the_running_one(
+    n8n: N8nHandle,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    radicale: Radicale,
+    smtp_server: SmtpSink,
+    api_smtp_credential: CredentialRef,
+    sandbox: VisaSandbox,
+    temporal: str,
+) -> None:
+    """A change of constraints is a new plan (what a watcher sends is signed): "change it to
+    april" in the conversation plans, signs and previews a revision that names its parent; the
+    parent keeps watching until the revision is started, which cancels it (CANCELED, recorded)."""
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp_server.host,
+        "smtp_port": str(smtp_server.port),
+    }
+    acts = DurableActivities(
+        db,
+        keys=keyring,
+        registry=registry,
+        settings={"smtp_from": "cs@example.com", **settings},
+        clock=system_clock,
+    )
+    stop = threading.Event()
+    worker = _worker(temporal, acts, stop)
+    try:
+        with (
+            harness(
+                n8n,
+                db,
+                registry,
+                keyring,
+                radicale,
+                smtp_server,
+                api_smtp_credential,
+                settings=settings,
+                temporal_connect=lambda: connect(temporal),
+            ) as api,
+            api.client() as alice,
+        ):
+            first = alice.post(
+                "/v1/intents", json={"text": "watch the lisbon consulate for a visa slot in march"}
+            ).json()
+            parent, cid = first["plan_id"], first["conversation_id"]
+            assert alice.post(f"/v1/plans/{parent}/execute", json={"tokens": {}}).status_code == 202
+
+            revised = alice.post(
+                "/v1/intents", json={"text": "change it to april", "conversation_id": cid}
+            )
+            assert revised.status_code == 201, revised.text
+            body = revised.json()
+            child = body["plan_id"]
+            assert child != parent and body["revises"]["plan_id"] == parent
+            assert set(body["revises"]["changed"]) == {"date_from", "date_to"}
+            entities = body["plan"]["intent"]["entities"]
+            assert entities["consulate"] == "lisbon" and "-04-01" in entities["date_from"]
+            assert body["preview"] is not None  # previewed like any plan
+
+            async def status(wid: str) -> str:
+                client = await connect(temporal)
+                desc = await client.get_workflow_handle(wid).describe()
+                return str(desc.status.name if desc.status else "")
+
+            # the parent still watches while the person looks at the revision
+            assert asyncio.run(status(f"watch-{parent}")) == "RUNNING"
+            started = alice.post(f"/v1/plans/{child}/execute", json={"tokens": {}})
+            assert started.json()["status"] == "handed_off", started.text
+            assert _until(lambda: asyncio.run(status(f"watch-{parent}")) == "CANCELED", 30)
+            assert asyncio.run(status(f"watch-{child}")) == "RUNNING"
+            kinds = {
+                e["kind"]
+                for e in alice.get("/v1/audit", params={"plan_id": parent}).json()["items"]
+            }
+            assert {"plan_revised", "plan_cancelled"} <= kinds
+
+            # the structured route names what it cannot change
+            bad = alice.post(f"/v1/plans/{child}/revise", json={"entities": {"colour": "red"}})
+            assert bad.status_code == 422 and "colour" in bad.json()["detail"]
+            alice.post(f"/v1/plans/{child}/cancel")
+    finally:
+        stop.set()
+        worker.join(15)

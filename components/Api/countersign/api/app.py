@@ -12,6 +12,7 @@ import contextlib
 import hmac
 import html
 import json
+import re
 import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -89,6 +90,15 @@ class ApiConfig:
     runtime: Callable[[], contextlib.AbstractAsyncContextManager[StepTransport]] | None = None
 
 
+#: a chat message that changes the conversation's last plan ("change it to april", "instead …")
+_CHANGE = re.compile(r"^\s*(?:please\s+)?(?:change|instead|make\s+it|move\s+it|switch)\b", re.I)
+_CHANGE_LEAD = re.compile(
+    r"^\s*(?:please\s+)?(?:change|instead|make|move|switch)\b(?:\s+(?:it|the\s+\w+))?"
+    r"(?:\s+(?:to|into))?",
+    re.I,
+)
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -121,6 +131,11 @@ class ApproveRequest(_Body):
 
 class RejectRequest(_Body):
     reason: str | None = Field(default=None, max_length=500)
+
+
+class ReviseRequest(_Body):
+    #: the entities to change (``null`` drops an optional one); the rest stay as signed
+    entities: dict[str, Any] = Field(min_length=1, max_length=32)
 
 
 class ExecuteRequest(_Body):
@@ -470,11 +485,57 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         }
         return 201, body, (time.perf_counter() - started) * 1000
 
+    async def revise_plan(
+        parent: str, changes: dict[str, Any], user_id: str
+    ) -> tuple[int, dict[str, Any]]:
+        body = await asyncio.to_thread(service.revision_body, parent, user_id, changes)
+        status, out, _ = await propose(body, user_id)
+        if out.get("plan_id"):
+            await asyncio.to_thread(
+                service.revised, parent, out["plan_id"], user_id, sorted(changes)
+            )
+            out["revises"] = {"plan_id": parent, "changed": sorted(changes)}
+        return status, out
+
     async def converse(
         text: str, user_id: str, conversation_id: str | None, tz: str | None
     ) -> Response:
         conv = await asyncio.to_thread(service.conversations.open, conversation_id, user_id)
         zone = tz or service.tz
+        if conv.intent is None and conv.plan_id and _CHANGE.match(text):
+            # "change it to april": a revision of the conversation's last plan (signed anew)
+            parent = service.document(conv.plan_id, user_id)["plan"]
+            # what follows "change it (to)" is read as a request of the same intent: "to april"
+            # reads as "in april", "to porto" as "in porto"
+            rest = _CHANGE_LEAD.sub("", text).strip()
+            changes: dict[str, Any] = {}
+            for said_text in (rest, f"in {rest}"):
+                said = service.intake.understand(
+                    said_text,
+                    received_at=service.clock(),
+                    tz=zone,
+                    contacts=service.contacts,
+                    intent=parent["intent"]["intent"],
+                    known={},
+                )
+                changes = {e.entity: said.entities[e.entity] for e in said.explained}
+                if changes:
+                    break
+            if changes:
+                status, out = await revise_plan(conv.plan_id, changes, user_id)
+                answer = {"conversation_id": conv.conversation_id, "understood_by": "intake", **out}
+                if out.get("plan_id"):
+                    conv.plan_id = out["plan_id"]
+                summary = (
+                    f"Here is {conv.plan_id}, revising {out['revises']['plan_id']} "
+                    f"({', '.join(out['revises']['changed'])})."
+                    if out.get("revises")
+                    else "More is needed."
+                )
+                await asyncio.to_thread(
+                    service.conversations.record, conv, text, answer, summary=summary
+                )
+                return _json_response(answer, status=status)
         u = service.understand(text, conv, tz=zone)
         reply: dict[str, Any] = {
             "conversation_id": conv.conversation_id,
@@ -526,6 +587,14 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         """The signed plan, its status, per-step status and results, and its gates."""
         # one statement on the read pool: cheaper in the loop than a hop to a worker thread
         return _json_response(service.show(plan_id, who.user_id))
+
+    @app.post("/v1/plans/{plan_id}/revise", status_code=201, tags=["plans"])
+    async def revise(plan_id: str, body: ReviseRequest, who: Caller) -> Response:
+        """A revision: the plan's intent with these entities changed, planned, signed and
+        previewed as a new plan that names the one it revises. Executing the revision (for a
+        watcher: starting it) cancels the plan it revises."""
+        status, out = await revise_plan(plan_id, body.entities, who.user_id)
+        return _json_response(out, status=201 if status == 201 else status)
 
     @app.post("/v1/plans/{plan_id}/preview", tags=["plans"])
     async def preview(plan_id: str, who: Caller) -> dict[str, Any]:

@@ -6,7 +6,8 @@ user's plan is indistinguishable from a missing one (``PlanNotFoundError``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -398,10 +399,74 @@ class PlanService:
         return {"gate_id": gate_id, "decision": "rejected"}
 
     async def execute(self, plan_id: str, user_id: str, tokens: Mapping[str, str]) -> ExecuteReport:
-        """Execute with the given gate tokens (each spent now)."""
+        """Execute with the given gate tokens (each spent now). A revision that was handed to
+        Temporal replaces its parent: the parent's run is cancelled then (not before, so the
+        person never stops watching while they look at the revised card)."""
         document = self.document(plan_id, user_id)
         self._not_cancelled(plan_id)
-        return await self.executor.execute(document, user_id=user_id, tokens=tokens)
+        report = await self.executor.execute(document, user_id=user_id, tokens=tokens)
+        parent = self.parent_of(plan_id)
+        if report.status == "handed_off" and parent is not None:
+            with contextlib.suppress(PlanCancelledError, DurableUpdateError):  # ended already
+                self._not_cancelled(parent)
+                await self.cancel(parent, user_id)
+        return report
+
+    def revision_body(
+        self, plan_id: str, user_id: str, changes: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The intent body of a revision of the caller's plan: its intent, entities and time zone
+        with ``changes`` applied (``null`` drops an entity). What the plan sends is signed, so a
+        change of constraints (a watcher's window, the consulate) is a new plan — planned, signed,
+        previewed and approved like any other; ``revised`` links the two."""
+        document = self.document(plan_id, user_id)
+        plan = verify_signed_plan(document, keys=self.keyring).plan
+        if not changes:
+            raise InputError(f"revise plan {plan_id}: no change given")
+        spec = self.registry.intents.get(plan.intent.intent)
+        known = {e.name for e in (*spec.required, *spec.optional)} if spec else set()
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise InputError(
+                f"revise plan {plan_id}: intent {plan.intent.intent!r} has no entit"
+                f"{'y' if len(unknown) == 1 else 'ies'} {unknown}; it has {sorted(known)}"
+            )
+        entities = {**plan.intent.entities, **changes}
+        return {
+            "intent": plan.intent.intent,
+            "entities": {k: v for k, v in entities.items() if v is not None},
+            "tz": plan.intent.tz,
+        }
+
+    def revised(self, parent: str, child: str, user_id: str, changed: Sequence[str]) -> None:
+        """Record that ``child`` revises ``parent`` (audited on both plans' event streams)."""
+        with self.db.tx() as c:
+            for pid, details in (
+                (child, {"revises": parent, "changed": [*changed]}),
+                (parent, {"revised_by": child, "changed": [*changed]}),
+            ):
+                self.audit.append(
+                    c,
+                    {
+                        "kind": "plan_revised",
+                        "status": "ok",
+                        "actor": user_id,
+                        "plan_id": pid,
+                        "details": details,
+                    },
+                )
+
+    def parent_of(self, plan_id: str) -> str | None:
+        """The plan ``plan_id`` revises, if any."""
+        with self.db.tx() as c:
+            row = c.execute(
+                text(
+                    "SELECT details->>'revises' FROM audit_log WHERE plan_id = :p "
+                    "AND kind = 'plan_revised' AND details ? 'revises' ORDER BY seq DESC LIMIT 1"
+                ),
+                {"p": plan_id},
+            ).scalar()
+        return str(row) if row else None
 
     async def cancel(self, plan_id: str, user_id: str) -> dict[str, Any]:
         """Cancel: no later preview, approval or execute of this plan runs (audited); a run on

@@ -4,6 +4,7 @@
 
 const csrf = () => (document.cookie.match(/(?:^|; )cs_csrf=([^;]*)/) || [])[1] || "";
 let conversation = null;
+let lastConversation = null;  // the conversation of the last plan (a revision goes there)
 
 async function api(method, path, body) {
   const r = await fetch(path, {
@@ -383,10 +384,16 @@ function zone() {
 async function send(text) {
   say("person", text);
   try {
-    const reply = await api("POST", "/v1/intents", { text, conversation_id: conversation, tz: zone() });
+    // "change it to april" revises the last plan: it goes to that plan's conversation
+    const revising = !conversation && lastConversation && /^\s*(please\s+)?(change|instead|make\s+it|move\s+it|switch)\b/i.test(text);
+    const reply = await api("POST", "/v1/intents", { text, conversation_id: revising ? lastConversation : conversation, tz: zone() });
     conversation = reply.conversation_id || conversation;
     if (reply.plan) {
-      say("assistant", "Here is what I would do. Nothing is written until you approve.", card(reply, reply.preview));
+      const lead = reply.revises
+        ? `This revises ${reply.revises.plan_id} (changed: ${reply.revises.changed.join(", ")}); starting it stops the earlier one. Nothing is written until you approve.`
+        : "Here is what I would do. Nothing is written until you approve.";
+      say("assistant", lead, card(reply, reply.preview));
+      lastConversation = conversation;
       conversation = null;
     } else if (reply.needs) {
       say("assistant", reply.needs.map((n) => n.question).join(" "));
