@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from countersign.kernel import (
@@ -24,6 +27,7 @@ from countersign.kernel import (
     SignedPlan,
     canonical_bytes,
     derived_ulid,
+    format_utc,
     parse_contract,
     schema_snapshot,
 )
@@ -178,3 +182,21 @@ def test_canonical_always_follows_the_plan_it_is_read_from() -> None:
     seeded = SignedPlan.of(first.plan, first.signature, first.plan_hash, first.canonical)
     moved = seeded.model_copy(update={"plan": altered})
     assert moved.canonical == canonical_bytes(altered.to_json())
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2),  # naive bounds: the zone is drawn separately
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from(
+            [UTC, timezone(timedelta(hours=5, minutes=45)), timezone(-timedelta(hours=11))]
+        ),
+    )
+)
+@example(datetime(999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC))
+@example(datetime(1000, 1, 1, tzinfo=UTC))
+def test_format_utc_is_the_strftime_spelling(at: datetime) -> None:
+    """format_utc's faster path writes exactly what its strftime definition writes."""
+    v = at.astimezone(UTC)
+    assert format_utc(at) == v.strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z"

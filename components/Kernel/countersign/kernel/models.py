@@ -69,6 +69,10 @@ StepRole = Literal["Fetcher", "Analyzer", "Watcher", "Resolver", "Booker", "Noti
 def format_utc(value: datetime) -> str:
     """ISO 8601 in UTC with millisecond precision and a ``Z``: the one canonical spelling."""
     v = value.astimezone(UTC)
+    if type(v) is datetime and v.year >= 1000:
+        # the same text at half the cost (about ten per plan + sign + verify): ``isoformat``
+        # pads the year to four digits as ``%Y`` does from 1000 on, and truncates to ms
+        return v.isoformat(timespec="milliseconds")[:-6] + "Z"
     return v.strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z"
 
 
