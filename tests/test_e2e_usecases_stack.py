@@ -336,6 +336,48 @@ def test_visa_watcher_in_the_browser(stack: Stack) -> None:
     assert len(stack.sandbox("visa")["bookings"]) == bookings_before + 1
 
 
+def test_a_watcher_that_holds_in_the_browser_then_a_rejection_releases_it(stack: Stack) -> None:
+    """Asked to hold: "Start watching" approves gate-A (the hold and the mail with the card's
+    link), the found slot is held and mailed, gate-B opens with it; Reject releases the hold and
+    books nothing."""
+    bookings_before = len(stack.sandbox("visa")["bookings"])
+    with chromium() as browser:
+        page = browser.new_page()
+        login = stack.cli("login-link", "--port", stack.base.rsplit(":", 1)[1])
+        assert login.returncode == 0, login.stderr
+        page.goto(login.stdout.strip().splitlines()[-1])
+        page.fill(
+            "#text",
+            "watch the rome consulate for a visa slot in may, hold it and mail me at "
+            "alice@example.com",
+        )
+        page.press("#text", "Enter")
+        page.wait_for_selector("fieldset[data-gate=gate-B][disabled]")
+        assert page.locator("fieldset[data-start-gate=gate-A]").count() == 1
+        assert page.locator("fieldset[data-gate=gate-A]").count() == 0  # approved by starting
+        httpx.post(f"{stack.urls['visa']}/_sandbox/slots", timeout=10)
+        page.get_by_role("button", name="Start watching").click()
+        page.wait_for_selector(
+            "fieldset[data-gate=gate-B]:not([disabled]) input[type=radio]", timeout=60_000
+        )
+        page.screenshot(path=str(SHOTS / "visa-held.png"), full_page=True)
+        held = stack.sandbox("visa")["holds"]
+        assert held, "the found slot is held while the person decides"
+        notice = _until(
+            lambda: [
+                m for m in stack.mails(ALICE) if m["subject"].startswith("A visa slot is held")
+            ],
+            30,
+        )
+        assert notice and "/plans/" in notice[-1].get("body", "")
+        page.locator("fieldset[data-gate=gate-B]").get_by_role("button", name="Reject").click()
+        assert _until(lambda: set(held) <= set(stack.sandbox("visa")["released"]), 60), (
+            stack.sandbox("visa")
+        )
+    assert len(stack.sandbox("visa")["bookings"]) == bookings_before
+    assert not set(held) & set(stack.sandbox("visa")["holds"])
+
+
 def test_a_watcher_cancelled_from_its_card_ends_and_books_nothing(stack: Stack) -> None:
     bookings_before = len(stack.sandbox("visa")["bookings"])
     with chromium() as browser:

@@ -176,6 +176,7 @@ class VisaSandbox:
                     "bookings": list(self.bookings.values()),
                     "cancelled": self.cancelled,
                     "holds": self.holds,
+                    "released": self.released,
                 },
             )
         if req.method == "POST" and req.path == "/_sandbox/slots":

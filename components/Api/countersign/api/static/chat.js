@@ -51,7 +51,10 @@ function levels(graph) {
 }
 
 function shown(value) {
-  if (value && typeof value === "object" && "$ref" in value) return "(what you pick at the gate below)";
+  if (value && typeof value === "object" && "$ref" in value) {
+    // a gate's choice, or what an earlier step finds (a watcher's slot)
+    return String(value.$ref).startsWith("gates.") ? "(what you pick at the gate below)" : `(what step ${String(value.$ref).split(".")[1]} finds)`;
+  }
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
