@@ -3,6 +3,7 @@
 from .adapters import fresh_seed, open_keyring
 from .core import (
     DOMAIN,
+    PROVEN,
     KeyLookup,
     VerifiedPlan,
     plan_hash,
@@ -11,13 +12,16 @@ from .core import (
     verify_signed_plan,
 )
 from .keyring import KeyInfo, KeyRing, KeyStatus
+from .proven import ProvenSignatures
 
 __all__ = [
     "DOMAIN",
+    "PROVEN",
     "KeyInfo",
     "KeyLookup",
     "KeyRing",
     "KeyStatus",
+    "ProvenSignatures",
     "VerifiedPlan",
     "fresh_seed",
     "open_keyring",

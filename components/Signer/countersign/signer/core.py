@@ -11,6 +11,8 @@ Invariants (Signer SPEC §2):
   padding, no defaults filled in), and ``plan_hash`` present and equal to the recomputed hash.
   A verifier that normalizes first accepts documents the signer never wrote.
 - Verification raises a typed error; it never returns a bool.
+- Ed25519 runs once per (public key, message, signature) per process: ``PROVEN`` remembers the
+  triples this process signed or saw verify (``proven.py`` says why that is a fact, not a trust).
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ from countersign.kernel import (
     sha256_hex,
 )
 
+from .proven import ProvenSignatures
+
 __all__ = [
     "DOMAIN",
+    "PROVEN",
     "KeyLookup",
     "VerifiedPlan",
     "plan_hash",
@@ -52,6 +57,9 @@ __all__ = [
 #: Domain separation: a signature over a Countersign plan can never be replayed as a signature
 #: over some other kind of document signed with the same key.
 DOMAIN = b"countersign/plan/v1\x00"
+
+#: The Ed25519 triples this process signed or saw verify (``proven.py``).
+PROVEN = ProvenSignatures()
 
 
 class KeyLookup(Protocol):
@@ -113,7 +121,9 @@ def sign_plan(plan: Plan, *, key: SigningKey, pubkey_id: str, signer: str) -> Si
         "nonce": derived_ulid(ts, digest.encode(), pubkey_id.encode()),
         "pubkey_id": pubkey_id,
     }
-    sig = key.sign(signing_message(fields, digest)).signature
+    message = signing_message(fields, digest)
+    sig = key.sign(message).signature
+    PROVEN.add(bytes(key.verify_key), message, sig)
     fields["signature"] = base64.b64encode(sig).decode("ascii")
     return SignedPlan.of(plan, SignatureEnvelope.model_validate(fields), digest, data)
 
@@ -211,7 +221,11 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
     verify_key = keys.verify_key(envelope.pubkey_id)
     try:
         sig = base64.b64decode(envelope.signature, validate=True)
-        verify_key.verify(signing_message(written, digest), sig)
+        message = signing_message(written, digest)
+        public_key = bytes(verify_key)
+        if (public_key, message, sig) not in PROVEN:
+            verify_key.verify(message, sig)
+            PROVEN.add(public_key, message, sig)
     except (NaclBadSignature, binascii.Error, ValueError) as e:
         raise BadSignatureError(
             f"signature by key {envelope.pubkey_id!r} does not hold over plan "
