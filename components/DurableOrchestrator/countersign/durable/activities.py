@@ -21,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from countersign.approvals import Approvals
-from countersign.audit import AuditLog
+from countersign.audit import AuditLog, GroupCommitAuditWriter
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
 from countersign.kernel import (
     BindingError,
@@ -88,6 +88,9 @@ class DurableActivities:
         self.ledger = IdempotencyLedger(db, audit=self.audit, clock=system_clock)
         self.approvals = Approvals(db, audit=self.audit, clock=system_clock)
         self.plans = PlanStore(db, clock=system_clock)
+        #: standalone audit rows of concurrent activities (a thread pool) share one commit each
+        #: (issue 16: group commit; every caller still returns after its own row is durable)
+        self.audit_writer = GroupCommitAuditWriter(db, log=self.audit)
 
     def _verified(self, signed: Mapping[str, Any]) -> VerifiedPlan:
         """The signed plan, verified, signed against the registry this worker holds and within
@@ -97,16 +100,7 @@ class DurableActivities:
             check_current(verified.plan, registry_version=self.registry.version, now=self.clock())
         except CountersignError as e:
             kind = "plan_refused" if isinstance(e, PlanNotCurrentError) else "signature_refused"
-            with self.db.tx() as c:
-                self.audit.append(
-                    c,
-                    {
-                        "kind": kind,
-                        "status": "refused",
-                        "actor": "durable",
-                        "reason": e.code,
-                    },
-                )
+            self._audit(kind=kind, status="refused", actor="durable", reason=e.code)
             raise ApplicationError(e.message, type=e.code, non_retryable=True) from e
         return verified
 
@@ -122,8 +116,7 @@ class DurableActivities:
         )
 
     def _audit(self, **entry: Any) -> None:
-        with self.db.tx() as c:
-            self.audit.append(c, entry)
+        self.audit_writer.append(entry)
 
     @activity.defn(name="verify_plan")
     def verify_plan(self, signed: dict[str, Any]) -> str:
