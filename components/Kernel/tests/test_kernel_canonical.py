@@ -121,3 +121,14 @@ def test_a_lone_surrogate_is_refused_on_either_path() -> None:
         canonical_bytes({"k": "\ud800"})
     with pytest.raises(ContractError):
         canonical_bytes({"k": "\ud800", "f": 1.5})
+
+
+def test_every_code_point_is_written_as_the_reference_writes_it() -> None:
+    """Strings are where the fast path's encoder could differ: all of Unicode but the surrogates,
+    in string values under ASCII keys (the fast path's domain)."""
+    for start in range(0, 0x110000, 4096):
+        chars = "".join(
+            chr(c) for c in range(start, min(start + 4096, 0x110000)) if not 0xD800 <= c < 0xE000
+        )
+        value = {"k": chars, "list": [chars[:7], chars[-7:]]}
+        assert canonical_bytes(value) == canonical_bytes_reference(value), hex(start)
