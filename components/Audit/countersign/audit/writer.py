@@ -125,7 +125,8 @@ class GroupCommitAuditWriter:
                 self._lead()
         if mine.error is not None:
             raise mine.error
-        assert mine.seq is not None  # done without an error means written
+        if mine.seq is None:  # done without an error means written: never expected
+            raise StorageError("audit group commit: a row was marked done without a number")
         return mine.seq
 
     def _lead(self) -> None:
