@@ -103,6 +103,7 @@ def _args(names: list[str], text: str, url: str) -> dict[str, Any]:
         "date_to": "2027-03-31T00:00:00Z",
         "slot": {"id": "s-1", "start": "2027-03-02T09:00:00Z", "note": text},
         "booking_id": "b-1",
+        "slot_id": "s-1",
         "url": url + "/things?q=1",
         "method": "POST",
         "json": {"text": text, "n": 1},
