@@ -70,16 +70,8 @@ def _worker(address: str, acts: DurableActivities, stop: threading.Event) -> thr
     return t
 
 
-def _until(fn: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        out = fn()
-        if out or time.monotonic() > deadline:
-            return out
-        time.sleep(0.3)
-
-
-def test_visa_watcher_over_http_books_once(
+@pytest.fixture
+def watching(
     n8n: N8nHandle,
     db: Database,
     registry: Registry,
@@ -89,9 +81,9 @@ def test_visa_watcher_over_http_books_once(
     api_smtp_credential: CredentialRef,
     sandbox: VisaSandbox,
     temporal: str,
-) -> None:
-    sandbox.appear_after = 3
-    smtp_server.messages.clear()
+) -> Iterator[ApiHarness]:
+    """The served API on n8n and a real Temporal dev server, with a durable worker (in a thread)
+    reaching the sandbox visa service and the SMTP peer."""
     settings = {
         "visa_base_url": sandbox.url,
         "smtp_host": smtp_server.host,
@@ -118,10 +110,27 @@ def test_visa_watcher_over_http_books_once(
             settings=settings,
             temporal_connect=lambda: connect(temporal),
         ) as api:
-            _run(api, sandbox, smtp_server, temporal)
+            yield api
     finally:
         stop.set()
         worker.join(15)
+
+
+def _until(fn: Any, timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = fn()
+        if out or time.monotonic() > deadline:
+            return out
+        time.sleep(0.3)
+
+
+def test_visa_watcher_over_http_books_once(
+    watching: ApiHarness, sandbox: VisaSandbox, smtp_server: SmtpSink, temporal: str
+) -> None:
+    sandbox.appear_after = 3
+    smtp_server.messages.clear()
+    _run(watching, sandbox, smtp_server, temporal)
 
 
 def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -> None:
@@ -173,226 +182,111 @@ def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -
 
 
 def test_cancel_reaches_a_running_watcher(
-    n8n: N8nHandle,
-    db: Database,
-    registry: Registry,
-    keyring: KeyRing,
-    radicale: Radicale,
-    smtp_server: SmtpSink,
-    api_smtp_credential: CredentialRef,
-    sandbox: VisaSandbox,
-    temporal: str,
+    watching: ApiHarness, sandbox: VisaSandbox, temporal: str
 ) -> None:
-    settings = {
-        "visa_base_url": sandbox.url,
-        "smtp_host": smtp_server.host,
-        "smtp_port": str(smtp_server.port),
-    }
-    acts = DurableActivities(
-        db,
-        keys=keyring,
-        registry=registry,
-        settings={"smtp_from": "cs@example.com", **settings},
-        clock=system_clock,
-    )
-    stop = threading.Event()
-    worker = _worker(temporal, acts, stop)
-    try:
-        with (
-            harness(
-                n8n,
-                db,
-                registry,
-                keyring,
-                radicale,
-                smtp_server,
-                api_smtp_credential,
-                settings=settings,
-                temporal_connect=lambda: connect(temporal),
-            ) as api,
-            api.client() as alice,
-        ):
-            plan_id = alice.post("/v1/intents", json=_watch()).json()["plan_id"]
-            assert (
-                alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}}).json()["status"]
-                == "handed_off"
-            )
-            assert alice.post(f"/v1/plans/{plan_id}/cancel").json()["status"] == "cancelled"
+    api = watching
+    with api.client() as alice:
+        plan_id = alice.post("/v1/intents", json=_watch()).json()["plan_id"]
+        assert (
+            alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}}).json()["status"]
+            == "handed_off"
+        )
+        assert alice.post(f"/v1/plans/{plan_id}/cancel").json()["status"] == "cancelled"
 
-            async def status() -> str:
-                client = await connect(temporal)
-                desc = await client.get_workflow_handle(f"watch-{plan_id}").describe()
-                return str(desc.status.name if desc.status else "")
+        async def status() -> str:
+            client = await connect(temporal)
+            desc = await client.get_workflow_handle(f"watch-{plan_id}").describe()
+            return str(desc.status.name if desc.status else "")
 
-            # one cancel path: Temporal's own cancellation; the run records why it ended
-            assert _until(lambda: asyncio.run(status()) == "CANCELED", 30)
-            assert sandbox.bookings == {}
-            kinds = {
-                (e["kind"], e["status"])
-                for e in alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
-            }
-            assert ("durable_finished", "cancelled") in kinds, kinds
-    finally:
-        stop.set()
-        worker.join(15)
+        # one cancel path: Temporal's own cancellation; the run records why it ended
+        assert _until(lambda: asyncio.run(status()) == "CANCELED", 30)
+        assert sandbox.bookings == {}
+        kinds = {
+            (e["kind"], e["status"])
+            for e in alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
+        }
+        assert ("durable_finished", "cancelled") in kinds, kinds
 
 
 def test_a_run_terminated_outside_is_reconciled(
-    n8n: N8nHandle,
-    db: Database,
-    registry: Registry,
-    keyring: KeyRing,
-    radicale: Radicale,
-    smtp_server: SmtpSink,
-    api_smtp_credential: CredentialRef,
-    sandbox: VisaSandbox,
-    temporal: str,
+    watching: ApiHarness, sandbox: VisaSandbox, temporal: str
 ) -> None:
     """Terminate (from the Temporal UI or CLI) runs no workflow code, so nothing is recorded;
     ``reconcile_durable`` (run when the API starts, and ``countersign reconcile``) records how the
     run ended, once, and leaves running runs alone."""
-    settings = {
-        "visa_base_url": sandbox.url,
-        "smtp_host": smtp_server.host,
-        "smtp_port": str(smtp_server.port),
-    }
-    acts = DurableActivities(
-        db,
-        keys=keyring,
-        registry=registry,
-        settings={"smtp_from": "cs@example.com", **settings},
-        clock=system_clock,
-    )
-    stop = threading.Event()
-    worker = _worker(temporal, acts, stop)
-    try:
-        with (
-            harness(
-                n8n,
-                db,
-                registry,
-                keyring,
-                radicale,
-                smtp_server,
-                api_smtp_credential,
-                settings=settings,
-                temporal_connect=lambda: connect(temporal),
-            ) as api,
-            api.client() as alice,
-        ):
-            ended = alice.post("/v1/intents", json=_watch()).json()["plan_id"]
-            running = alice.post("/v1/intents", json=_watch(days=20)).json()["plan_id"]
-            for plan_id in (ended, running):
-                r = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
-                assert r.json()["status"] == "handed_off", r.text
+    api = watching
+    with api.client() as alice:
+        ended = alice.post("/v1/intents", json=_watch()).json()["plan_id"]
+        running = alice.post("/v1/intents", json=_watch(days=20)).json()["plan_id"]
+        for plan_id in (ended, running):
+            r = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+            assert r.json()["status"] == "handed_off", r.text
 
-            async def terminate_and_reconcile() -> tuple[Any, Any]:
-                client = await connect(temporal)
-                await client.get_workflow_handle(f"watch-{ended}").terminate("an operator")
-                api.service.use_temporal(client)
-                return (
-                    await api.service.reconcile_durable(),
-                    await api.service.reconcile_durable(),
-                )
+        async def terminate_and_reconcile() -> tuple[Any, Any]:
+            client = await connect(temporal)
+            await client.get_workflow_handle(f"watch-{ended}").terminate("an operator")
+            api.service.use_temporal(client)
+            return (
+                await api.service.reconcile_durable(),
+                await api.service.reconcile_durable(),
+            )
 
-            first, again = asyncio.run(terminate_and_reconcile())
-            assert [(r["plan_id"], r["outcome"]) for r in first] == [(ended, "terminated")]
-            assert again == ()  # once
-            assert alice.get(f"/v1/plans/{ended}").json()["status"] == "failed"
-            assert alice.get(f"/v1/plans/{running}").json()["status"] != "failed"
-            kinds = [
-                (e["kind"], e["status"])
-                for e in alice.get("/v1/audit", params={"plan_id": ended}).json()["items"]
-            ]
-            assert kinds[-1] == ("durable_finished", "terminated")
-            assert sandbox.bookings == {}
-    finally:
-        stop.set()
-        worker.join(15)
+        first, again = asyncio.run(terminate_and_reconcile())
+        assert [(r["plan_id"], r["outcome"]) for r in first] == [(ended, "terminated")]
+        assert again == ()  # once
+        assert alice.get(f"/v1/plans/{ended}").json()["status"] == "failed"
+        assert alice.get(f"/v1/plans/{running}").json()["status"] != "failed"
+        kinds = [
+            (e["kind"], e["status"])
+            for e in alice.get("/v1/audit", params={"plan_id": ended}).json()["items"]
+        ]
+        assert kinds[-1] == ("durable_finished", "terminated")
+        assert sandbox.bookings == {}
 
 
 def test_a_watcher_revised_from_the_chat_replaces_the_running_one(
-    n8n: N8nHandle,
-    db: Database,
-    registry: Registry,
-    keyring: KeyRing,
-    radicale: Radicale,
-    smtp_server: SmtpSink,
-    api_smtp_credential: CredentialRef,
-    sandbox: VisaSandbox,
-    temporal: str,
+    watching: ApiHarness, sandbox: VisaSandbox, temporal: str
 ) -> None:
     """A change of constraints is a new plan (what a watcher sends is signed): "change it to
     april" in the conversation plans, signs and previews a revision that names its parent; the
     parent keeps watching until the revision is started, which cancels it (CANCELED, recorded)."""
-    settings = {
-        "visa_base_url": sandbox.url,
-        "smtp_host": smtp_server.host,
-        "smtp_port": str(smtp_server.port),
-    }
-    acts = DurableActivities(
-        db,
-        keys=keyring,
-        registry=registry,
-        settings={"smtp_from": "cs@example.com", **settings},
-        clock=system_clock,
-    )
-    stop = threading.Event()
-    worker = _worker(temporal, acts, stop)
-    try:
-        with (
-            harness(
-                n8n,
-                db,
-                registry,
-                keyring,
-                radicale,
-                smtp_server,
-                api_smtp_credential,
-                settings=settings,
-                temporal_connect=lambda: connect(temporal),
-            ) as api,
-            api.client() as alice,
-        ):
-            first = alice.post(
-                "/v1/intents", json={"text": "watch the lisbon consulate for a visa slot in march"}
-            ).json()
-            parent, cid = first["plan_id"], first["conversation_id"]
-            assert alice.post(f"/v1/plans/{parent}/execute", json={"tokens": {}}).status_code == 202
+    api = watching
+    with api.client() as alice:
+        first = alice.post(
+            "/v1/intents", json={"text": "watch the lisbon consulate for a visa slot in march"}
+        ).json()
+        parent, cid = first["plan_id"], first["conversation_id"]
+        assert alice.post(f"/v1/plans/{parent}/execute", json={"tokens": {}}).status_code == 202
 
-            revised = alice.post(
-                "/v1/intents", json={"text": "change it to april", "conversation_id": cid}
-            )
-            assert revised.status_code == 201, revised.text
-            body = revised.json()
-            child = body["plan_id"]
-            assert child != parent and body["revises"]["plan_id"] == parent
-            assert set(body["revises"]["changed"]) == {"date_from", "date_to"}
-            entities = body["plan"]["intent"]["entities"]
-            assert entities["consulate"] == "lisbon" and "-04-01" in entities["date_from"]
-            assert body["preview"] is not None  # previewed like any plan
+        revised = alice.post(
+            "/v1/intents", json={"text": "change it to april", "conversation_id": cid}
+        )
+        assert revised.status_code == 201, revised.text
+        body = revised.json()
+        child = body["plan_id"]
+        assert child != parent and body["revises"]["plan_id"] == parent
+        assert set(body["revises"]["changed"]) == {"date_from", "date_to"}
+        entities = body["plan"]["intent"]["entities"]
+        assert entities["consulate"] == "lisbon" and "-04-01" in entities["date_from"]
+        assert body["preview"] is not None  # previewed like any plan
 
-            async def status(wid: str) -> str:
-                client = await connect(temporal)
-                desc = await client.get_workflow_handle(wid).describe()
-                return str(desc.status.name if desc.status else "")
+        async def status(wid: str) -> str:
+            client = await connect(temporal)
+            desc = await client.get_workflow_handle(wid).describe()
+            return str(desc.status.name if desc.status else "")
 
-            # the parent still watches while the person looks at the revision
-            assert asyncio.run(status(f"watch-{parent}")) == "RUNNING"
-            started = alice.post(f"/v1/plans/{child}/execute", json={"tokens": {}})
-            assert started.json()["status"] == "handed_off", started.text
-            assert _until(lambda: asyncio.run(status(f"watch-{parent}")) == "CANCELED", 30)
-            assert asyncio.run(status(f"watch-{child}")) == "RUNNING"
-            kinds = {
-                e["kind"]
-                for e in alice.get("/v1/audit", params={"plan_id": parent}).json()["items"]
-            }
-            assert {"plan_revised", "plan_cancelled"} <= kinds
+        # the parent still watches while the person looks at the revision
+        assert asyncio.run(status(f"watch-{parent}")) == "RUNNING"
+        started = alice.post(f"/v1/plans/{child}/execute", json={"tokens": {}})
+        assert started.json()["status"] == "handed_off", started.text
+        assert _until(lambda: asyncio.run(status(f"watch-{parent}")) == "CANCELED", 30)
+        assert asyncio.run(status(f"watch-{child}")) == "RUNNING"
+        kinds = {
+            e["kind"] for e in alice.get("/v1/audit", params={"plan_id": parent}).json()["items"]
+        }
+        assert {"plan_revised", "plan_cancelled"} <= kinds
 
-            # the structured route names what it cannot change
-            bad = alice.post(f"/v1/plans/{child}/revise", json={"entities": {"colour": "red"}})
-            assert bad.status_code == 422 and "colour" in bad.json()["detail"]
-            alice.post(f"/v1/plans/{child}/cancel")
-    finally:
-        stop.set()
-        worker.join(15)
+        # the structured route names what it cannot change
+        bad = alice.post(f"/v1/plans/{child}/revise", json={"entities": {"colour": "red"}})
+        assert bad.status_code == 422 and "colour" in bad.json()["detail"]
+        alice.post(f"/v1/plans/{child}/cancel")

@@ -19,13 +19,13 @@ from countersign.audit import AuditLog
 from countersign.durable import (
     TASK_QUEUE,
     ApproveGate,
-    DurableActivities,
     RejectGate,
     WatcherWorkflow,
     replayer,
     watch_input_for,
 )
 from countersign.durable.testing import (  # noqa: F401  (fixture)
+    sandbox_activities,
     sandbox_fixture,
     time_skipping_worker,
 )
@@ -116,13 +116,7 @@ def _run(
     *,
     approve_start: bool = True,
 ) -> Any:
-    settings = {
-        "visa_base_url": sandbox.url,
-        "smtp_host": smtp.host,
-        "smtp_port": str(smtp.port),
-        "smtp_from": "countersign@example.com",
-    }
-    acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
+    acts = sandbox_activities(db, keys=keyring, registry=registry, sandbox=sandbox, smtp=smtp)
     doc = _signed(registry, keyring)
     if approve_start:
         _approve(db, doc, "gate-A")
@@ -319,13 +313,9 @@ def test_execute_spends_gate_a_then_hands_off(
     from countersign.execute import ExecuteRefusedError, Executor
 
     sandbox.appear_after = 2
-    settings = {
-        "visa_base_url": sandbox.url,
-        "smtp_host": smtp_server.host,
-        "smtp_port": str(smtp_server.port),
-        "smtp_from": "countersign@example.com",
-    }
-    acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
+    acts = sandbox_activities(
+        db, keys=keyring, registry=registry, sandbox=sandbox, smtp=smtp_server
+    )
     doc = _signed(registry, keyring)
     scopes = doc["plan"]["constraints"]["scopes"]
 

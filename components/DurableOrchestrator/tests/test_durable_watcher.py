@@ -46,6 +46,7 @@ from countersign.durable import (
     replayer,
 )
 from countersign.durable.testing import (  # noqa: F401  (fixture)
+    sandbox_activities,
     sandbox_fixture,
     time_skipping_worker,
 )
@@ -156,13 +157,7 @@ def _scenario(
     smtp: SmtpSink,
     body: Any,
 ) -> Any:
-    settings = {
-        "visa_base_url": sandbox.url,
-        "smtp_host": smtp.host,
-        "smtp_port": str(smtp.port),
-        "smtp_from": "countersign@example.com",
-    }
-    acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
+    acts = sandbox_activities(db, keys=keyring, registry=registry, sandbox=sandbox, smtp=smtp)
 
     async def go() -> Any:
         async with time_skipping_worker(acts) as env:

@@ -17,9 +17,16 @@ from temporalio.testing import WorkflowEnvironment
 
 from countersign.sandbox import VisaSandbox, serve_visa
 
+from .activities import DurableActivities
 from .worker import data_converter, make_worker
 
-__all__ = ["VisaSandbox", "sandbox_fixture", "temporal_test_server", "time_skipping_worker"]
+__all__ = [
+    "VisaSandbox",
+    "sandbox_activities",
+    "sandbox_fixture",
+    "temporal_test_server",
+    "time_skipping_worker",
+]
 
 
 def temporal_test_server() -> str:
@@ -43,6 +50,20 @@ async def time_skipping_worker(
         make_worker(env.client, acts),
     ):
         yield env
+
+
+def sandbox_activities(
+    db: Any, *, keys: Any, registry: Any, sandbox: VisaSandbox, smtp: Any
+) -> DurableActivities:
+    """The activities the watcher tests share: bound to ``db``, reaching the sandbox visa service
+    and the SMTP peer ``smtp`` (a ``countersign.sandbox.SmtpSink``)."""
+    settings = {
+        "visa_base_url": sandbox.url,
+        "smtp_host": smtp.host,
+        "smtp_port": str(smtp.port),
+        "smtp_from": "countersign@example.com",
+    }
+    return DurableActivities(db, keys=keys, registry=registry, settings=settings)
 
 
 @pytest.fixture(name="sandbox")
