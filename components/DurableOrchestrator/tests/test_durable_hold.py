@@ -71,7 +71,9 @@ def _signed(registry: Registry, keyring: KeyRing, **entities: Any) -> dict[str, 
     return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
-def _approve(db: Database, doc: dict[str, Any], gate: str, choice: Any = None) -> str:
+def _approve(
+    db: Database, doc: dict[str, Any], gate: str, choice: Any = None, *, spend: bool = True
+) -> str:
     scopes = doc["plan"]["constraints"]["scopes"]  # what the API's tokens carry
     approvals = Approvals(db, clock=system_clock)
     token = approvals.issue(
@@ -83,7 +85,7 @@ def _approve(db: Database, doc: dict[str, Any], gate: str, choice: Any = None) -
         ttl_s=300,
         choice=choice,
     ).token
-    if gate == "gate-A":  # what `execute` does with gate-A's token before it hands off
+    if gate == "gate-A" and spend:  # what `execute` does with gate-A's token at hand-off
         approvals.redeem(
             token,
             plan_id=doc["plan"]["plan_id"],
@@ -317,21 +319,9 @@ def test_execute_spends_gate_a_then_hands_off(
         db, keys=keyring, registry=registry, sandbox=sandbox, smtp=smtp_server
     )
     doc = _signed(registry, keyring)
-    scopes = doc["plan"]["constraints"]["scopes"]
 
     def token(gate: str) -> str:
-        return (
-            Approvals(db, clock=system_clock)
-            .issue(
-                plan_id=doc["plan"]["plan_id"],
-                plan_hash=doc["plan_hash"],
-                gate_id=gate,
-                user_id=USER,
-                scopes=scopes,
-                ttl_s=300,
-            )
-            .token
-        )
+        return _approve(db, doc, gate, spend=False)
 
     async def go() -> Any:
         async with time_skipping_worker(acts) as env:
