@@ -431,6 +431,7 @@ class WatcherWorkflow:
                     call,
                     retry_policy=_WRITE,
                     start_to_close_timeout=self._timeout(),
+                    summary=_write_summary(call),
                 )
             except ActivityError as e:
                 if st is None or not outcome_unknown(e):
@@ -549,6 +550,16 @@ def _step_args(signed: dict[str, Any], step: int) -> dict[str, Any]:
         raise ApplicationError(f"plan has no step {step}", type="invalid_input", non_retryable=True)
     args: dict[str, Any] = graph[step - 1].get("args", {})
     return args
+
+
+def _write_summary(call: StepCall) -> str:
+    """``write step 3 (visa.sandbox.hold_slot) · approved at gate-A`` — what the Temporal UI
+    shows on the activity (metadata only: histories replay unchanged)."""
+    graph: list[dict[str, Any]] = call.signed.get("plan", {}).get("graph", [])
+    step: dict[str, Any] = next((s for s in graph if s.get("step") == call.step), {})
+    what = f"{step.get('uses', '?')}.{step.get('call', '?')}"
+    gate = f" · approved at {call.gate_id}" if call.gate_id else ""
+    return f"write step {call.step} ({what}){gate}"[:200]
 
 
 def _slot_id(choice: Any) -> str | None:
