@@ -586,6 +586,27 @@ def test_table(
         assert e.words, e
 
 
+@pytest.mark.parametrize(
+    ("intent", "text", "entity", "value"),
+    [
+        # a consulate named "the X consulate" is X, never "the"
+        ("book_visa_slot", "book a visa slot at the Lisbon consulate in March", "consulates", ["lisbon"]),
+        ("book_visa_slot", "book a visa slot at Madrid or the Rome consulate", "consulates", ["madrid", "rome"]),
+        # a revision from the chat ("change it to porto") is read as "in porto": lower case too
+        ("watch_visa_slots", "in porto", "consulate", "porto"),
+        ("watch_visa_slots", "to the porto consulate", "consulate", "porto"),
+        ("book_visa_slot", "in porto", "consulates", ["porto"]),
+        # months, numbers and time words after "in" / "at" are not places
+        ("watch_visa_slots", "in the afternoon at least in two weeks in march", "consulate", None),
+    ],
+)  # fmt: skip
+def test_consulates_are_read_in_any_case_and_never_as_a_filler_word(
+    intake: Intake, intent: str, text: str, entity: str, value: Any
+) -> None:
+    u = intake.understand(text, received_at=NOW, contacts=CONTACTS, intent=intent, known={})
+    assert u.entities.get(entity) == value, u.entities
+
+
 def test_an_ambiguous_name_asks_with_both_people(intake: Intake) -> None:
     u = intake.understand(
         "schedule a meeting with carol tomorrow called X for 30 minutes",

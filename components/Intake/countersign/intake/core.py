@@ -327,9 +327,8 @@ def _extract(name: str, kind: str, text: str, local: datetime, contacts: Sequenc
     if kind == "list" and name == "participants":
         return _people(text, contacts)
     if kind == "list" and name == "consulates":
-        found = re.findall(r"\b(?:in|at)\s+([a-z]+)(?:\s+or\s+([a-z]+))?", text.lower())
-        places = [p for pair in found for p in pair if p and p not in _MONTHS]
-        return (places, " or ".join(places)) if places else None
+        places = _places(text)
+        return ([p for p, _ in places], " or ".join(p for p, _ in places)) if places else None
     if kind == "email":
         m = re.search(r"\b(?:to|at)\s+(" + _EMAIL.pattern + ")", text)
         return (m.group(1), m.group(0)) if m and name.startswith("notify") else None
@@ -360,11 +359,8 @@ def _extract(name: str, kind: str, text: str, local: datetime, contacts: Sequenc
         )
         return (m.group(1).strip(" ."), m.group(0)) if m else None
     if kind == "string" and name == "consulate":
-        m = re.search(r"\b(?:the\s+)?([A-Za-z]+)\s+consulate\b|\bin\s+([A-Z][a-z]+)\b", text)
-        if m:
-            city = (m.group(1) or m.group(2)).lower()
-            return (city, m.group(0))
-        return None
+        places = _places(text)
+        return places[0] if places else None
     if kind == "boolean" and name == "hold":
         m = re.search(
             r"\b(?:and\s+)?(?:hold|reserve|keep)\s+(?:it|one|the\s+slot|a\s+slot)\b", text, re.I
@@ -408,6 +404,37 @@ def _every(text: str) -> Got:
         if re.search(rf"\b{words}\b", low):
             return (seconds, words)
     return None
+
+
+#: words after "in" / "at" that name no place ("in two weeks", "at least", "in the morning")
+_NOT_PLACES = (
+    _STOP
+    | set(_MONTHS)
+    | set(_WEEKDAYS)
+    | set(_NUMBERS)
+    | set(_PARTS)
+    | {"least", "most", "all", "once", "time", "times", "next", "this", "last", "days", "weeks"}
+    | {"hours", "minutes", "day", "week", "month", "months", "year", "noon", "night", "latest"}
+)
+_PLACE = r"(?:the\s+)?([a-z][a-z-]*)"
+
+
+def _places(text: str) -> list[tuple[str, str]]:
+    """Consulate cities named in ``text``, in order, each with the words that named it: "the
+    Lisbon consulate", "in porto", "at Madrid or Rome" (case-insensitive; months, numbers and
+    time words after "in" / "at" are not places)."""
+    found: list[tuple[int, str, str]] = []
+    for m in re.finditer(rf"\b{_PLACE}\s+consulates?\b", text, re.I):
+        found.append((m.start(), m.group(1).lower(), m.group(0)))
+    for m in re.finditer(rf"\b(?:in|at)\s+{_PLACE}(?:\s+or\s+{_PLACE})?", text, re.I):
+        found.append((m.start(1), m.group(1).lower(), m.group(0)))
+        if m.group(2):
+            found.append((m.start(2), m.group(2).lower(), m.group(0)))
+    places: list[tuple[str, str]] = []
+    for _, city, words in sorted(found):
+        if city not in _NOT_PLACES and city not in {p for p, _ in places}:
+            places.append((city, words))
+    return places
 
 
 #: the words entity extraction looks for, which misspellings are repaired to ("tomorow")
