@@ -125,6 +125,7 @@ _FLOORS["steps"] = {
 for _orchestrator in ("preview", "execute", "durable"):
     _FLOORS[_orchestrator] = _FLOORS["steps"] | {"steps"}
 _FLOORS["intake"] = {"kernel", "registry"}
+_FLOORS["contextrag"] = {"kernel", "storage", "audit"}
 _FLOORS["api"] = _FLOORS["steps"] | {
     "steps",
     "preview",
@@ -133,6 +134,7 @@ _FLOORS["api"] = _FLOORS["steps"] | {
     "planner",
     "intake",
     "sandbox",
+    "contextrag",
 }
 _FLOORS["cli"] = set(_FLOORS) - {"cli"}
 #: test seams (pytest plugins) may also use the test peers of the floors below them

@@ -339,6 +339,10 @@ class AuditLog:
     def verify(self, conn: Connection, *, batch: int = 5000) -> ChainReport:
         """Walk the whole chain; the first row that does not hold, and why."""
         prev, expected_seq, count = ZERO_HASH, 1, 0
+        # rows a forget redacted (ContextRAG SPEC §5): their content is gone, so the stored
+        # content hash stands in for it; each must be named by a later memory_forgotten row
+        redacted: list[int] = []
+        named: set[int] = set()
         for r in _scan(conn, batch):
             if r["seq"] != expected_seq:
                 return ChainReport(
@@ -354,10 +358,18 @@ class AuditLog:
                     r["seq"],
                     "prev_hash does not match the previous row (a row was deleted or inserted)",
                 )
-            try:
-                content = content_hash(_content(format_utc(r["ts"]), r))
-            except ContractError:  # e.g. details edited to hold a number JSON cannot carry
-                content = None
+            if r.get("redacted"):
+                redacted.append(r["seq"])
+                content = r["content_hash"]
+            else:
+                try:
+                    content = content_hash(_content(format_utc(r["ts"]), r))
+                except ContractError:  # e.g. details edited to hold a number JSON cannot carry
+                    content = None
+                if r["kind"] == "memory_forgotten" and isinstance(r["details"], dict):
+                    for pair in r["details"].get("redacted_seqs") or []:
+                        if isinstance(pair, list) and len(pair) == 2:
+                            named.update(range(int(pair[0]), int(pair[1]) + 1))
             if (
                 content is None
                 or content != r["content_hash"]
@@ -370,6 +382,14 @@ class AuditLog:
                     "row content does not match its hash (the row was changed)",
                 )
             prev, expected_seq, count = r["row_hash"], expected_seq + 1, count + 1
+        unnamed = [s for s in redacted if s not in named]
+        if unnamed:
+            return ChainReport(
+                False,
+                count,
+                unnamed[0],
+                f"row {unnamed[0]} is marked redacted but no memory_forgotten row names it",
+            )
         head = conn.execute(text("SELECT seq, last_hash FROM audit_head WHERE id = 1")).first()
         if head is None:
             # The head is what detects deleted newest rows; without it the chain is unprovable.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
@@ -198,6 +198,25 @@ class N8nClient:
         page = await self._request("list executions", "GET", "/api/v1/executions", params=params)
         data: list[dict[str, Any]] = page.get("data", [])
         return data
+
+    async def execution_pages(
+        self, *, include_data: bool = False, page_size: int = 100, max_pages: int = 100
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Every execution, newest first, a page at a time (following ``nextCursor``)."""
+        cursor: str | None = None
+        for _ in range(max_pages):
+            params: dict[str, Any] = {"limit": page_size}
+            if include_data:
+                params["includeData"] = "true"
+            if cursor:
+                params["cursor"] = cursor
+            page = await self._request(
+                "list executions", "GET", "/api/v1/executions", params=params
+            )
+            yield list(page.get("data", []))
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return
 
     async def get_execution(
         self, execution_id: str | int, *, include_data: bool = True

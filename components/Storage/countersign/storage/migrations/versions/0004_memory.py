@@ -5,8 +5,10 @@ columns ContextRAG needs on the existing preferences and consents.
 idempotently by PlanWriter through ``countersign.contextrag.store.record_history``.
 ``memory_facts`` holds facts a person (or a derivation) stated, each with a tier, a consent
 purpose for private-derived facts, a confidence, a source reference and a time to live.
-``contacts`` holds a person's contacts. Forget (``countersign.contextrag.store.forget``) deletes
-from all of them.
+``contacts`` holds a person's contacts. Forget (``countersign.contextrag.MemoryStore.forget``) deletes
+from all of them. ``audit_log.redacted`` marks a row whose personal content a forget removed
+(Audit SPEC: the chain still verifies, through the stored content hash, for rows a later
+``memory_forgotten`` row names).
 
 Revision ID: 0004
 Revises: 0003
@@ -60,12 +62,13 @@ def upgrade() -> None:
           created_at timestamptz NOT NULL
         );
         CREATE INDEX contacts_user ON contacts (user_id);
+        ALTER TABLE audit_log ADD COLUMN redacted boolean NOT NULL DEFAULT false;
         """
     )
 
 
 def downgrade() -> None:
     op.execute(
-        "DROP TABLE IF EXISTS contacts; DROP TABLE IF EXISTS memory_facts; "
+        "ALTER TABLE audit_log DROP COLUMN IF EXISTS redacted; DROP TABLE IF EXISTS contacts; DROP TABLE IF EXISTS memory_facts; "
         "DROP TABLE IF EXISTS history_facts;"
     )

@@ -1,0 +1,177 @@
+"""Evidence selection (pure: items in, evidence out; no I/O, no clock — ``now`` is an argument).
+
+GLOBAL_SPEC §3 and ContextRAG SPEC §2: keep the items whose tier the Intent's
+``context_budget`` allows (T1 = 1 … T5 = 5), T5 only under a granted consent purpose, none past
+its ``ttl_days``, none the person dropped; re-rank by confidence × tier weight × recency, plus
+relevance to the intent; keep the best item per (type, key); emit typed ``Evidence`` while the
+list's canonical JSON stays within ``max_bytes`` (2 KB).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import JsonValue, ValidationError
+
+from countersign.kernel import Evidence, canonical_bytes
+
+from .models import MemoryItem, Tier
+
+__all__ = [
+    "MAX_EVIDENCE_BYTES",
+    "PREF_ALIASES",
+    "TIER_RANK",
+    "history_items",
+    "pref_items",
+    "select_evidence",
+]
+
+MAX_EVIDENCE_BYTES = 2048
+TIER_RANK: dict[Tier, int] = {"T1": 1, "T2": 2, "T3": 3, "T4": 4, "T5": 5}
+_TIER_WEIGHT: dict[Tier, float] = {"T1": 1.0, "T2": 0.95, "T3": 0.8, "T4": 0.9, "T5": 0.7}
+#: profile preference names → the intent entity they fill (a preference may also be keyed by
+#: the entity's own name)
+PREF_ALIASES: dict[str, str] = {
+    "default_meeting_length": "duration_min",
+    "meeting_length_min": "duration_min",
+    "budget_limit": "max_price",
+    "default_quantity": "quantity",
+    "receipt_email": "notify_to",
+}
+#: at most this many candidates are ranked closely (the 2 KB cap holds ~20 items at most)
+_POOL = 64
+
+
+def pref_items(prefs: Mapping[str, tuple[JsonValue, datetime]]) -> list[MemoryItem]:
+    """T2 items from the profile's preferences (``key → (value, updated_at)``)."""
+    out = []
+    for key, (value, at) in prefs.items():
+        out.append(
+            MemoryItem(
+                "T2", "preference", PREF_ALIASES.get(key, key), value, 0.9, f"pref:{key}", at
+            )
+        )
+    return out
+
+
+def history_items(rows: Sequence[Mapping[str, Any]], intent: str) -> list[MemoryItem]:
+    """T3 items from outcome history rows (``plan_id, step, intent, key, value, status,
+    created_at``, newest first): the recent outcomes of this intent as ``history`` items, and
+    patterns — a value this intent took in most past successful runs becomes a ``preference``
+    with confidence = its share, discounted while there are fewer than five runs."""
+    out: list[MemoryItem] = []
+    seen: dict[str, Counter[bytes]] = defaultdict(Counter)
+    values: dict[bytes, JsonValue] = {}
+    newest: dict[str, datetime] = {}
+    for r in rows:
+        if r["intent"] != intent:
+            continue
+        key, at = str(r["key"]), r["created_at"]
+        if r["status"] in ("created", "updated", "ok", "succeeded", "completed"):
+            b = canonical_bytes(r["value"])
+            seen[key][b] += 1
+            values[b] = r["value"]
+            newest.setdefault(key, at)
+        out.append(
+            MemoryItem(
+                "T3",
+                "history",
+                f"{intent}.{key}",
+                r["value"],
+                0.6,
+                f"history:{r['plan_id']}:{r['step']}:{key}",
+                at,
+            )
+        )
+    for key, counts in seen.items():
+        total = sum(counts.values())
+        b, n = counts.most_common(1)[0]
+        confidence = round(n / total * min(1.0, total / 5), 3)
+        out.append(
+            MemoryItem(
+                "T3",
+                "preference",
+                key,
+                values[b],
+                confidence,
+                f"pattern:{intent}:{key}",
+                newest[key],
+            )
+        )
+    return out
+
+
+def _expired(item: MemoryItem, now: datetime) -> bool:
+    return item.ttl_days is not None and item.created_at + timedelta(days=item.ttl_days) <= now
+
+
+def _score(item: MemoryItem, now: datetime, relevant: Collection[str]) -> float:
+    age_days = max(0.0, (now - item.created_at).total_seconds() / 86400)
+    recency = 1.0 if item.tier == "T2" else 1.0 / (1.0 + age_days / 30)
+    bonus = 0.5 if item.key in relevant else 0.0
+    return item.confidence * _TIER_WEIGHT[item.tier] * recency + bonus
+
+
+def select_evidence(
+    items: Iterable[MemoryItem],
+    *,
+    budget: int,
+    now: datetime,
+    consents: Collection[str],
+    exclude: Collection[str] = (),
+    relevant: Collection[str] = (),
+    max_bytes: int = MAX_EVIDENCE_BYTES,
+) -> list[Evidence]:
+    """The evidence for one Intent.
+
+    Args:
+        items: candidates from every tier (any number; order does not matter).
+        budget: the Intent's ``context_budget`` (the highest tier allowed, 0 = none).
+        now: the Intent's ``received_at`` (expiry and recency are measured from it).
+        consents: the purposes the person has granted; a T5 item needs its purpose here.
+        exclude: ``source_ref``s the person dropped from an earlier plan.
+        relevant: keys that matter to this intent (its entities), ranked first.
+        max_bytes: the cap on the canonical JSON of the returned list.
+
+    Returns:
+        Evidence items, best first, whose canonical JSON list is at most ``max_bytes``.
+    """
+    scored: list[tuple[float, str, int, MemoryItem]] = []
+    for i, it in enumerate(items):
+        if TIER_RANK[it.tier] > budget or it.source_ref in exclude or _expired(it, now):
+            continue
+        if it.tier == "T5" and (it.purpose is None or it.purpose not in consents):
+            continue
+        scored.append((_score(it, now, relevant), it.source_ref, i, it))
+    best = heapq.nsmallest(_POOL * 4, scored, key=lambda s: (-s[0], s[1]))
+    out: list[Evidence] = []
+    taken: set[tuple[str, str]] = set()
+    size = 2  # "[" and "]"
+    for _, _, _, it in best:
+        if (it.type, it.key) in taken:
+            continue
+        try:
+            ev = Evidence(
+                type=it.type,
+                key=it.key[:128],
+                value=it.value,
+                confidence=it.confidence,
+                source_ref=it.source_ref[:256],
+                ttl_days=it.ttl_days,
+            )
+            n = len(canonical_bytes(ev.to_json()))
+        except (ValidationError, ValueError):
+            continue  # a stored value the contract refuses is never evidence
+        extra = n + (1 if out else 0)
+        if size + extra > max_bytes:
+            continue
+        size += extra
+        taken.add((it.type, it.key))
+        out.append(ev)
+        if len(out) >= _POOL:
+            break
+    return out

@@ -1,0 +1,532 @@
+"""The memory store (an adapter: SQL on the project's Postgres) and the forget / export walk.
+
+Tables (Storage migrations 0001 and 0004): ``profile_prefs`` (T2), ``consents``,
+``memory_facts`` (T2–T5 facts), ``contacts``, ``history_facts`` (T3: what actually happened,
+written by PlanWriter through :func:`record_history`). Conversations (T1) are the Api's
+``conversations`` / ``conversation_turns``.
+
+``USER_TABLES`` says, for every table that can hold a person's data, which rows are theirs;
+:meth:`MemoryStore.forget` and :meth:`MemoryStore.export` both walk it, so what is forgotten is
+exactly what is exported (SPEC §4). The audit log is not deleted: the rows about the person are
+*redacted* in place (SPEC §5) so the hash chain keeps verifying.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import JsonValue
+from sqlalchemy import Connection, Engine, text
+from ulid import ULID
+
+from countersign.audit import AuditLog
+from countersign.kernel import Evidence, InputError, Intent, format_utc, parse_contract
+from countersign.storage import Database
+
+from .core import TIER_RANK, history_items, pref_items, select_evidence
+from .models import ContactIn, FactIn, ForgetRequest, MemoryItem, MemoryWrite, PrefsUpdate, Tier
+
+__all__ = [
+    "ANONYMIZED",
+    "FORGET_ACTOR",
+    "USER_TABLES",
+    "ExecutionEraser",
+    "ExemplarSource",
+    "MemoryStore",
+    "record_history",
+]
+
+#: the audit actor of a forget (the person's id is never written by it)
+FORGET_ACTOR = "system:memory"
+#: the statuses history_facts may hold
+_STATUSES = {"created", "updated", "skipped", "error", "ok", "failed", "cancelled"}
+#: the candidates fetched per tier (the 2 KB cap holds ~20 items; ranking needs a margin)
+_PER_TIER = 64
+_HISTORY_ROWS = 200
+
+_P = "plan_id = ANY(:p)"
+#: table → the rows that are the person's (``:u`` the user id, ``:p`` their plan ids). A new
+#: table that holds a user id must be added here (tests/test_memory_forget.py walks
+#: information_schema and fails otherwise).
+USER_TABLES: dict[str, str] = {
+    "plans": "user_id = :u",
+    "plan_steps": _P,
+    "approval_tokens": f"user_id = :u OR {_P}",
+    "gate_decisions": f"user_id = :u OR {_P}",
+    "plan_events": f"actor = :u OR {_P}",
+    "outcomes": _P,
+    "idempotency_keys": "split_part(key, ':', 1) = ANY(:p)",
+    "plan_library": f"user_id = :u OR {_P}",
+    "history_facts": f"user_id = :u OR {_P}",
+    "profile_prefs": "user_id = :u",
+    "consents": "user_id = :u",
+    "memory_facts": "user_id = :u",
+    "contacts": "user_id = :u",
+    "conversation_turns": (
+        "conversation_id IN (SELECT conversation_id FROM conversations WHERE user_id = :u)"
+    ),
+    "conversations": "user_id = :u",
+    "login_links": "user_id = :u",
+    "api_sessions": "user_id = :u",
+    "api_users": "user_id = :u",
+}
+_ACCOUNT = {"api_users", "api_sessions", "login_links"}
+_PLAN_KEYED = {
+    "plan_steps",
+    "approval_tokens",
+    "gate_decisions",
+    "plan_events",
+    "outcomes",
+    "plan_library",
+    "history_facts",
+}
+#: tables whose rows about the person are kept but made anonymous (SPEC §5)
+ANONYMIZED = {"audit_log": f"actor = :u OR {_P}", "registry_docs": "author = :u"}
+#: columns never exported (hashes of secrets; the vector is exported as its text's source)
+_NOT_EXPORTED = {"key_hash", "session_hash", "link_hash", "token_hash", "csrf", "embedding", "tsv"}
+
+
+class ExemplarSource(Protocol):
+    """Where exemplar evidence comes from (PlanLibrary retrieval; issue 15 item 3)."""
+
+    def exemplars(self, intent: Intent, *, limit: int) -> list[Evidence]:
+        """Exemplar items for this intent, best first."""
+        ...
+
+
+class ExecutionEraser(Protocol):
+    """Deletes runtime execution records (n8n) whose data holds any of ``needles``."""
+
+    async def erase(self, needles: Sequence[str]) -> int:
+        """How many were deleted."""
+        ...
+
+
+def record_history(
+    engine_or_conn: Engine | Connection,
+    *,
+    user_id: str,
+    plan_id: str,
+    step: int,
+    intent: str,
+    key: str,
+    value: JsonValue,
+    status: str,
+    at: datetime,
+) -> bool:
+    """Insert one outcome-history row idempotently (``ON CONFLICT DO NOTHING`` on
+    (plan_id, step, key)); True when it inserted. PII-light: ``value`` is a derived fact."""
+    if not (0 < len(user_id) <= 128 and len(plan_id) == 26 and 0 < len(intent) <= 64):
+        raise InputError(f"history row for plan {plan_id[:40]!r}: bad user, plan id or intent")
+    if not (0 < len(key) <= 128) or status not in _STATUSES or at.tzinfo is None:
+        raise InputError(
+            f"history row {plan_id}:{step}: key 1–128 characters, status one of "
+            f"{sorted(_STATUSES)}, an aware time (got {key[:40]!r}, {status[:20]!r})"
+        )
+    sql = text(
+        "INSERT INTO history_facts (user_id, plan_id, step, intent, key, value, status, "
+        "created_at) VALUES (:u, :p, :s, :i, :k, CAST(:v AS jsonb), :st, :at) "
+        "ON CONFLICT DO NOTHING"
+    )
+    params = {
+        "u": user_id,
+        "p": plan_id,
+        "s": step,
+        "i": intent,
+        "k": key,
+        "v": json.dumps(value),
+        "st": status,
+        "at": at,
+    }
+    if isinstance(engine_or_conn, Connection):
+        return engine_or_conn.execute(sql, params).rowcount == 1
+    with engine_or_conn.begin() as c:
+        return c.execute(sql, params).rowcount == 1
+
+
+def _ranges(seqs: Sequence[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for s in sorted(seqs):
+        if out and out[-1][1] == s - 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return out
+
+
+@dataclass
+class MemoryStore:
+    """A person's memory: preferences, consent, facts, contacts, history; evidence; forget."""
+
+    db: Database
+    clock: Callable[[], datetime]
+    exemplars: ExemplarSource | None = None
+
+    # ---- preferences and consent ----------------------------------------------------------
+    def prefs(self, user_id: str) -> dict[str, Any]:
+        """``{"prefs": {key: value}, "consent": {purpose: granted}}``."""
+        with self.db.tx() as c:
+            prefs = {
+                r.key: r.value
+                for r in c.execute(
+                    text("SELECT key, value FROM profile_prefs WHERE user_id = :u ORDER BY key"),
+                    {"u": user_id},
+                )
+            }
+            consent = {
+                r.purpose: r.granted
+                for r in c.execute(
+                    text("SELECT purpose, granted FROM consents WHERE user_id = :u ORDER BY 1"),
+                    {"u": user_id},
+                )
+            }
+        return {"prefs": prefs, "consent": consent}
+
+    def put_prefs(self, user_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Set preferences (``null`` removes one) and grant or revoke consent per purpose."""
+        update = parse_contract(PrefsUpdate, body, what="memory prefs")
+        now = self.clock()
+        with self.db.tx() as c:
+            for key, value in update.prefs.items():
+                if value is None:
+                    c.execute(
+                        text("DELETE FROM profile_prefs WHERE user_id = :u AND key = :k"),
+                        {"u": user_id, "k": key},
+                    )
+                    continue
+                c.execute(
+                    text(
+                        "INSERT INTO profile_prefs (user_id, key, value, updated_at) VALUES "
+                        "(:u, :k, CAST(:v AS jsonb), :t) ON CONFLICT (user_id, key) DO UPDATE "
+                        "SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
+                    ),
+                    {"u": user_id, "k": key, "v": json.dumps(value), "t": now},
+                )
+            for purpose, granted in update.consent.items():
+                c.execute(
+                    text(
+                        "INSERT INTO consents (user_id, purpose, granted, granted_at, revoked_at) "
+                        "VALUES (:u, :p, :g, CASE WHEN :g THEN CAST(:t AS timestamptz) END, "
+                        "CASE WHEN :g THEN NULL ELSE CAST(:t AS timestamptz) END) "
+                        "ON CONFLICT (user_id, purpose) DO UPDATE SET granted = EXCLUDED.granted, "
+                        "granted_at = coalesce(EXCLUDED.granted_at, consents.granted_at), "
+                        "revoked_at = EXCLUDED.revoked_at"
+                    ),
+                    {"u": user_id, "p": purpose, "g": granted, "t": now},
+                )
+        return self.prefs(user_id)
+
+    def granted(self, c: Connection, user_id: str) -> set[str]:
+        """The purposes the person has granted now."""
+        return set(
+            c.execute(
+                text("SELECT purpose FROM consents WHERE user_id = :u AND granted"),
+                {"u": user_id},
+            ).scalars()
+        )
+
+    # ---- facts and contacts -----------------------------------------------------------------
+    def add(self, user_id: str, body: Mapping[str, Any]) -> dict[str, list[str]]:
+        """Store facts and contacts; their ids."""
+        write = parse_contract(MemoryWrite, body, what="memory facts")
+        now = self.clock()
+        facts: list[str] = []
+        contacts: list[str] = []
+        with self.db.tx() as c:
+            for f in write.facts:
+                fid = str(ULID.from_datetime(now))
+                facts.append(fid)
+                self._insert_fact(c, user_id, fid, f, now)
+            for k in write.contacts:
+                cid = str(ULID.from_datetime(now))
+                contacts.append(cid)
+                self._insert_contact(c, user_id, cid, k, now)
+        return {"facts": facts, "contacts": contacts}
+
+    @staticmethod
+    def _insert_fact(c: Connection, user_id: str, fid: str, f: FactIn, now: datetime) -> None:
+        c.execute(
+            text(
+                "INSERT INTO memory_facts (fact_id, user_id, tier, type, key, value, subject, "
+                "purpose, confidence, source_ref, ttl_days, created_at) VALUES (:id, :u, :tier, "
+                ":type, :k, CAST(:v AS jsonb), :s, :p, :conf, :ref, :ttl, :t)"
+            ),
+            {
+                "id": fid,
+                "u": user_id,
+                "tier": f.tier,
+                "type": f.type,
+                "k": f.key,
+                "v": json.dumps(f.value),
+                "s": f.subject,
+                "p": f.purpose,
+                "conf": f.confidence,
+                "ref": f"fact:{fid}",
+                "ttl": f.ttl_days,
+                "t": now,
+            },
+        )
+
+    @staticmethod
+    def _insert_contact(c: Connection, user_id: str, cid: str, k: ContactIn, now: datetime) -> None:
+        c.execute(
+            text(
+                "INSERT INTO contacts (contact_id, user_id, name, email, phone, relation, "
+                "created_at) VALUES (:id, :u, :n, :e, :ph, :r, :t)"
+            ),
+            {
+                "id": cid,
+                "u": user_id,
+                "n": k.name,
+                "e": k.email,
+                "ph": k.phone,
+                "r": k.relation,
+                "t": now,
+            },
+        )
+
+    # ---- evidence -----------------------------------------------------------------------------
+    def candidates(
+        self, c: Connection, intent: Intent, *, conversation: Mapping[str, Any] | None = None
+    ) -> tuple[list[MemoryItem], set[str]]:
+        """Every tier's candidates the Intent's ``context_budget`` allows, and the granted
+        purposes. Each tier's query is bounded (``_PER_TIER`` rows, newest and most confident
+        first, unexpired, T5 only under a granted purpose), so its cost does not grow with the
+        person's history."""
+        budget, u, now = intent.context_budget, intent.user_id, intent.received_at
+        items: list[MemoryItem] = []
+        consents = self.granted(c, u) if budget >= 5 else set()
+        if budget >= 1 and conversation:
+            cid = str(conversation.get("conversation_id", ""))
+            for k, v in (conversation.get("entities") or {}).items():
+                if k not in intent.entities:
+                    items.append(
+                        MemoryItem("T1", "preference", k, v, 0.9, f"conversation:{cid}:{k}", now)
+                    )
+        if budget >= 2:
+            rows = c.execute(
+                text(
+                    "SELECT key, value, updated_at FROM profile_prefs WHERE user_id = :u LIMIT :n"
+                ),
+                {"u": u, "n": _PER_TIER},
+            ).all()
+            items += pref_items({r.key: (r.value, r.updated_at) for r in rows})
+            for r in c.execute(
+                text(
+                    "SELECT contact_id, name, email, relation, created_at FROM contacts "
+                    "WHERE user_id = :u ORDER BY created_at DESC LIMIT :n"
+                ),
+                {"u": u, "n": _PER_TIER},
+            ):
+                value = {k: v for k, v in (("email", r.email), ("relation", r.relation)) if v}
+                items.append(
+                    MemoryItem(
+                        "T2",
+                        "contact",
+                        r.name[:128],
+                        value or r.name,
+                        0.8,
+                        f"contact:{r.contact_id}",
+                        r.created_at,
+                    )
+                )
+        if budget >= 3:
+            hist = (
+                c.execute(
+                    text(
+                        "SELECT plan_id, step, intent, key, value, status, created_at "
+                        "FROM history_facts WHERE user_id = :u AND intent = :i "
+                        "ORDER BY created_at DESC LIMIT :n"
+                    ),
+                    {"u": u, "i": intent.intent, "n": _HISTORY_ROWS},
+                )
+                .mappings()
+                .all()
+            )
+            items += history_items([dict(h) for h in hist], intent.intent)
+        tiers = [t for t, n in TIER_RANK.items() if 2 <= n <= budget]
+        if tiers:
+            facts = c.execute(
+                text(
+                    "SELECT * FROM (SELECT f.*, row_number() OVER (PARTITION BY tier ORDER BY "
+                    "confidence DESC, created_at DESC) AS rk FROM memory_facts f "
+                    "WHERE user_id = :u AND tier = ANY(:tiers) "
+                    "AND (ttl_days IS NULL OR created_at + make_interval(days => ttl_days) > :now) "
+                    "AND (tier <> 'T5' OR purpose = ANY(:granted))) x WHERE rk <= :n"
+                ),
+                {"u": u, "tiers": tiers, "now": now, "granted": sorted(consents), "n": _PER_TIER},
+            )
+            for r in facts:
+                tier: Tier = r.tier
+                items.append(
+                    MemoryItem(
+                        tier,
+                        r.type,
+                        r.key,
+                        r.value,
+                        r.confidence,
+                        r.source_ref,
+                        r.created_at,
+                        r.ttl_days,
+                        r.purpose,
+                    )
+                )
+        return items, consents
+
+    def evidence(
+        self,
+        intent: Intent,
+        *,
+        conversation: Mapping[str, Any] | None = None,
+        exclude: Collection[str] = (),
+        relevant: Collection[str] = (),
+    ) -> list[Evidence]:
+        """The Intent's evidence (≤ 2 KB), best first."""
+        with self.db.tx() as c:
+            items, consents = self.candidates(c, intent, conversation=conversation)
+        if self.exemplars is not None and intent.context_budget >= 3:
+            for ev in self.exemplars.exemplars(intent, limit=5):
+                items.append(
+                    MemoryItem(
+                        "T3",
+                        ev.type,
+                        ev.key,
+                        ev.value,
+                        ev.confidence,
+                        ev.source_ref,
+                        intent.received_at,
+                        ev.ttl_days,
+                    )
+                )
+        return select_evidence(
+            items,
+            budget=intent.context_budget,
+            now=intent.received_at,
+            consents=consents,
+            exclude=exclude,
+            relevant=relevant,
+        )
+
+    # ---- export and forget --------------------------------------------------------------------
+    @staticmethod
+    def _plan_ids(c: Connection, user_id: str) -> list[str]:
+        return list(
+            c.execute(
+                text("SELECT plan_id FROM plans WHERE user_id = :u"), {"u": user_id}
+            ).scalars()
+        )
+
+    def export(self, user_id: str) -> dict[str, Any]:
+        """One JSON document with everything stored about the person: every row of every table
+        in ``USER_TABLES`` (hashes of secrets left out), the audit rows about them, and the
+        registry revisions they authored."""
+        out: dict[str, Any] = {"user_id": user_id, "exported_at": format_utc(self.clock())}
+        tables: dict[str, list[Any]] = {}
+        with self.db.tx() as c:
+            p = self._plan_ids(c, user_id)
+            for table, where in {**USER_TABLES, **ANONYMIZED}.items():
+                rows = c.execute(
+                    text(f"SELECT to_jsonb(t) AS j FROM {table} t WHERE {where}"),  # noqa: S608 - fixed text
+                    {"u": user_id, "p": p},
+                ).scalars()
+                kept = [{k: v for k, v in r.items() if k not in _NOT_EXPORTED} for r in rows]
+                if table == "plans":
+                    for r in kept:
+                        r.pop("canonical", None)  # the envelope holds the same plan
+                tables[table] = kept
+        out["tables"] = tables
+        return out
+
+    def forget(self, user_id: str, body: Mapping[str, Any], *, audit: AuditLog) -> dict[str, Any]:
+        """Delete the person's data (``{"all": true}``) or one subject's, from every table in
+        ``USER_TABLES``; redact the audit rows about it; audit the forget without its content
+        (scope, row counts, the redacted sequence numbers). Returns what it did and the needles
+        (plan ids, the user id or the subject) the runtime's execution records are searched for.
+        """
+        req = parse_contract(ForgetRequest, body, what="memory forget")
+        counts: dict[str, int] = {}
+        with self.db.tx() as c:
+            if req.all:
+                p = self._plan_ids(c, user_id)
+                match, needles = "", [user_id, *p]
+            else:
+                subject = req.subject or ""
+                p = list(
+                    c.execute(
+                        text(
+                            "SELECT plan_id FROM plans t WHERE user_id = :u AND "
+                            "strpos(lower(t::text), lower(:s)) > 0"
+                        ),
+                        {"u": user_id, "s": subject},
+                    ).scalars()
+                )
+                # rows of the person's that mention the subject, besides whole plans naming it
+                match, needles = " AND strpos(lower(t::text), lower(:s)) > 0", [subject, *p]
+            params: dict[str, Any] = {"u": user_id, "p": p, "s": req.subject}
+            for table, where in USER_TABLES.items():
+                if req.all:
+                    cond = where
+                elif table in _ACCOUNT:
+                    continue  # forgetting a subject keeps the account
+                elif table == "plans":
+                    cond = f"user_id = :u AND {_P}"
+                elif table == "idempotency_keys":
+                    cond = where  # the keys of the plans naming the subject
+                else:
+                    # any row of theirs naming the subject, and the plans naming it wholly
+                    cond = f"(({where}){match})"
+                    if table in _PLAN_KEYED:
+                        cond += f" OR {_P}"
+                n = c.execute(
+                    text(f"DELETE FROM {table} t WHERE {cond}"),  # noqa: S608 - fixed text
+                    params,
+                ).rowcount
+                if n:
+                    counts[table] = n
+            audit_where = (
+                ANONYMIZED["audit_log"]
+                if req.all
+                else (f"{_P} OR (actor = :u AND strpos(lower(t::text), lower(:s)) > 0)")
+            )
+            redacted = list(
+                c.execute(
+                    text(
+                        "UPDATE audit_log t SET actor = 'forgotten', reason = NULL, "  # noqa: S608 - fixed text
+                        "details = '{\"redacted\": true}'::jsonb, redacted = true "
+                        f"WHERE ({audit_where}) RETURNING seq"
+                    ),
+                    params,
+                ).scalars()
+            )
+            if req.all:
+                n = c.execute(
+                    text("UPDATE registry_docs SET author = 'forgotten' WHERE author = :u"),
+                    params,
+                ).rowcount
+                if n:
+                    counts["registry_docs (author anonymized)"] = n
+            ranges = _ranges(redacted)
+            for i in range(0, max(1, len(ranges)), 150):  # details stay under 4 KB
+                audit.append(
+                    c,
+                    {
+                        "kind": "memory_forgotten",
+                        "status": "ok",
+                        "actor": FORGET_ACTOR,
+                        "details": {
+                            "scope": "all" if req.all else "subject",
+                            "deleted": dict(sorted(counts.items())) if i == 0 else {},
+                            "redacted_seqs": ranges[i : i + 150],
+                        },
+                    },
+                )
+        return {
+            "scope": "all" if req.all else "subject",
+            "deleted": counts,
+            "audit_rows_redacted": len(redacted),
+            "needles": needles,
+        }
