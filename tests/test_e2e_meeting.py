@@ -518,7 +518,13 @@ class _RecordingProxy:
                         status = 500
                 self.send_response(status)
                 for k, v in r.headers.items():
-                    if k.lower() not in {"content-length", "transfer-encoding", "connection"}:
+                    # r.content is decoded: never pass on the upstream Content-Encoding
+                    if k.lower() not in {
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "content-encoding",
+                    }:
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(r.content)))
                 self.end_headers()

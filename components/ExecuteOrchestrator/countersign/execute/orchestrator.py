@@ -487,7 +487,9 @@ class Executor:
         before: Mapping[int, Any],
         user_id: str,
     ) -> None:
-        fresh = await run_dag(plan, reads, runner.run)
+        # read directly (no n8n execution for a plain HTTP read, in-process for a computation):
+        # the same requests and the same normalization as the preview's (issue 16.0)
+        fresh = await runner.read_fresh(reads)
         changes = stale_changes(prints, before, fresh)
         if changes:
             self.recorder.plans.set_status(plan.plan_id, "stale")
@@ -505,12 +507,11 @@ class Executor:
         self, run: _Run, g_specs: list[WriteSpec], prints: Mapping[int, str]
     ) -> list[Change]:
         """After a failed write: did the world move under it? (reported, never raised)"""
-        plan = run.verified.plan
         reads = sorted({r for w in g_specs for r in w.reads})
         if not reads:
             return []
         try:
-            fresh = await run_dag(plan, reads, run.runner.run, outputs=run.outputs)
+            fresh = await run.runner.read_fresh(reads, outputs=run.outputs)
         except CountersignError:
             return []
         return stale_changes(prints, run.outputs, {n: fresh[n] for n in reads})

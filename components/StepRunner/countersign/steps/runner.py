@@ -7,15 +7,20 @@ order of completions (it runs inside a Temporal workflow, where a replay must de
 that finish in one wake-up are handled in step order, so when several fail together the lowest
 step's failure is the one raised. ``N8nStepRunner`` runs one
 step: build its step workflow, deploy it once, render the data values, call the webhook, normalize
-the output.
+the output — except a pure ``system.analyze`` computation, which it runs in-process
+(``steps.analyze``, issue 16.1).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import httpx
 
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
 from countersign.kernel import CountersignError, Plan, PlanStep
@@ -28,6 +33,8 @@ from countersign.workflowbuilder import (
     read_only_violations,
 )
 
+from .analyze import run_in_process
+from .http import asend, http_call
 from .writes import Attempt
 
 __all__ = [
@@ -158,6 +165,9 @@ class N8nStepRunner:
     #: A preview's runner: every workflow is checked with ``read_only_violations`` before it is
     #: deployed, so no path through this runner can put a writing node on n8n during a preview.
     read_only: bool = False
+    #: run ``system.analyze`` reads in this process (``steps.analyze``: the same item n8n's Code
+    #: node returns; falls back to n8n for inputs outside the mirror); False: always on n8n
+    in_process: bool = True
     _paths: dict[tuple[str, str], str] = field(default_factory=dict)
 
     async def prepare(
@@ -224,8 +234,62 @@ class N8nStepRunner:
             status = out.get("status")
         return Attempt("answered", status=status if isinstance(status, int) else None, output=out)
 
+    async def read_direct(
+        self, client: httpx.AsyncClient, step: PlanStep, outputs: Mapping[int, Any]
+    ) -> Any:
+        """One read step's normalized output, read directly: a plain HTTP Request binding (no
+        credential) is sent by this process with the bytes n8n would send (``steps.http``) and its
+        answer normalized as n8n's would be; a pure computation runs in-process; any other read
+        runs on n8n (``run``). Used by the execute-time staleness re-check (issue 16.0), never by a
+        preview.
+
+        Raises:
+            StepFailedError: the op is not a read, or the request could not be completed.
+        """
+        op = self.registry.op(step.uses, step.call)
+        if op.safety != "read" or op.gate:
+            raise StepFailedError(step.step, f"{step.uses}.{step.call} is not a read")
+        node = resolve_step(step, self.registry)
+        if node.node_type != "n8n-nodes-base.httpRequest" or node.credential is not None:
+            return await self.run(step, outputs)
+        args = resolve_refs(step.args, outputs, self.choices)
+        req = http_call(node, render_data(node, args, self.settings))
+        try:
+            r = await asend(client, req)
+        except httpx.HTTPError as e:
+            raise StepFailedError(
+                step.step, f"direct read of {step.uses}.{step.call} failed: {type(e).__name__}"
+            ) from e
+        return normalize_output(op.output, {"statusCode": r.status_code, "body": r.text}, args)
+
+    async def read_fresh(
+        self, steps: Sequence[int], *, outputs: Mapping[int, Any] | None = None
+    ) -> dict[int, Any]:
+        """Read ``steps`` again, directly (``read_direct``), each as soon as its inputs are ready,
+        over one connection pool; every step's output (``run_dag``)."""
+        async with httpx.AsyncClient(verify=_tls(), timeout=30.0) as client:
+
+            async def one(step: PlanStep, known: Mapping[int, Any]) -> Any:
+                return await self.read_direct(client, step, known)
+
+            return await run_dag(self.plan, steps, one, outputs=outputs)
+
     async def run(
         self, step: PlanStep, outputs: Mapping[int, Any], *, idempotency_key: str | None = None
     ) -> Any:
-        """Run one read step (prepare, then send); its normalized output."""
+        """Run one read step (prepare, then send); its normalized output. A pure computation
+        (``system.analyze``) runs in this process when it can (``steps.analyze``)."""
+        if self.in_process:
+            op = self.registry.op(step.uses, step.call)
+            if op.safety == "read" and not op.gate:
+                args = resolve_refs(step.args, outputs, self.choices)
+                item = run_in_process(op, step.uses, step.call, args)
+                if item is not None:
+                    return normalize_output(op.output, item, args)
         return await self.send(await self.prepare(step, outputs, idempotency_key=idempotency_key))
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One default TLS context per process (building one costs milliseconds)."""
+    return ssl.create_default_context()

@@ -1,0 +1,375 @@
+"""Benchmark: approve → first calendar write, Countersign vs LangGraph + PostgresSaver (issue 16.0).
+
+One process, one embedded PostgreSQL, one Radicale (the sandbox CalDAV server), one n8n; the same
+PUT (``ics_event`` body, ``If-None-Match: *``) to the same server. Rounds interleave the two
+systems (the order flips every round).
+
+- Countersign: a fresh find_meeting_time plan per round is signed and previewed (untimed, and the
+  preview is timed on its own: the 3-read plan, issue 16.1); then the clock starts, the person
+  approves gate-A (``Approvals.issue``) and the plan is executed; the clock stops when the first
+  write's answer is back at the executor (the step webhook call returns). The split comes from
+  timestamps around the executor's phases: approve (token issue), verify + redeem + plan state,
+  staleness re-check, claim (ledger + audit) before the send, the write through n8n.
+- LangGraph 1.2 (bench-only extra ``bench``): a two-node graph, ``interrupt()`` then a node that
+  PUTs the event with httpx (one keep-alive client), compiled with ``PostgresSaver`` on the same
+  Postgres; the graph is run up to the interrupt untimed, then the clock starts and
+  ``invoke(Command(resume=slot))`` runs; it stops when the PUT's answer is back in the node.
+- Radicale's own time: a direct GET of a calendar collection and a direct PUT of one event (httpx,
+  keep-alive), the floor under both.
+
+"First write arrives" is measured as "the first write's answer is back at the writer" for both
+systems (the server's own PUT time is in both, and is reported separately).
+
+Run: ``.venv/bin/python bench/bench_approve_write.py [--n 80]`` (needs ``pip install -e '.[bench]'``;
+starts its own n8n, Radicale and PostgreSQL in a temp folder and stops all three).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypedDict
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, summary
+
+from countersign.approvals import Approvals
+from countersign.binding import ics_event
+from countersign.execute import Executor
+from countersign.kernel import Intent, Plan, Policy, Settings, source_registry_dir, system_clock
+from countersign.n8n import N8nClient, install, start, stop
+from countersign.planner import make_plan
+from countersign.preview import run_preview
+from countersign.registry import load_registry
+from countersign.sandbox import start_radicale
+from countersign.signer import KeyRing, sign_plan
+from countersign.steps import N8nTransport, StoreRecorder
+from countersign.storage import Database, embedded_server
+
+LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+ALICE, BOB = "alice@example.com", "bob@example.com"
+
+
+def _utc_text(t: datetime) -> str:
+    return t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+class Marks:
+    """Timestamps (perf_counter, seconds) of one Countersign round."""
+
+    def __init__(self) -> None:
+        self.t: dict[str, float] = {}
+        self.reads: list[tuple[float, float]] = []
+
+    def mark(self, name: str) -> None:
+        self.t.setdefault(name, time.perf_counter())
+
+
+class TimedTransport:
+    """The n8n transport with the first write's send and answer stamped."""
+
+    def __init__(self, inner: N8nTransport) -> None:
+        self.inner = inner
+        self.marks = Marks()
+
+    async def deploy(self, workflow: Any) -> None:
+        await self.inner.deploy(workflow)
+
+    async def call(
+        self, path: str, body: Mapping[str, Any], *, write: bool = False
+    ) -> Mapping[str, Any]:
+        t0 = time.perf_counter()
+        if write:
+            self.marks.mark("write_sent")
+        out = await self.inner.call(path, body, write=write)
+        if write:
+            self.marks.mark("write_answered")
+        else:
+            self.marks.reads.append((t0, time.perf_counter()))
+        return out
+
+
+def instrument(executor: Executor, marks_of: TimedTransport) -> None:
+    """Stamp the executor's phases (bench-only wrappers on one instance)."""
+    prove = executor._prove_gates
+    check = executor._check_stale
+
+    def proving(*a: Any, **k: Any) -> Any:
+        marks_of.marks.mark("redeem_start")
+        try:
+            return prove(*a, **k)
+        finally:
+            marks_of.marks.mark("redeem_end")
+
+    async def checking(*a: Any, **k: Any) -> Any:
+        marks_of.marks.mark("stale_start")
+        try:
+            return await check(*a, **k)
+        finally:
+            marks_of.marks.mark("stale_end")
+
+    executor._prove_gates = proving  # type: ignore[method-assign]
+    executor._check_stale = checking  # type: ignore[method-assign]
+
+
+class LGState(TypedDict, total=False):
+    user: str
+    uid: str
+    title: str
+    slot: dict[str, str]
+    status: int
+
+
+def langgraph_app(conn_url: str, base_url: str, stamps: list[float]) -> tuple[Any, Any, Any]:
+    """The LangGraph side: interrupt → PUT; returns (app, saver context, http client)."""
+    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415
+    from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
+    from langgraph.types import interrupt  # noqa: PLC0415
+
+    http = httpx.Client(timeout=10)
+    saver_cm = PostgresSaver.from_conn_string(conn_url)
+    saver = saver_cm.__enter__()
+    saver.setup()
+
+    def ask(state: LGState) -> LGState:
+        slot = interrupt({"question": "book this slot?", "uid": state["uid"]})
+        return {"slot": slot}
+
+    def write(state: LGState) -> LGState:
+        slot = state["slot"]
+        body = ics_event(uid=state["uid"], summary=state["title"], **slot)
+        r = http.put(
+            f"{base_url}/{state['user']}/calendar/{state['uid']}.ics",
+            content=body,
+            headers={"If-None-Match": "*", "Content-Type": "text/calendar"},
+        )
+        stamps.append(time.perf_counter())
+        return {"status": r.status_code}
+
+    g = StateGraph(LGState)
+    g.add_node("ask", ask)
+    g.add_node("write", write)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", "write")
+    g.add_edge("write", END)
+    return g.compile(checkpointer=saver), saver_cm, http
+
+
+async def main_async(n: int) -> None:
+    from langgraph.types import Command  # noqa: PLC0415
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-approve-"))
+    cache = Path(os.environ.get("COUNTERSIGN_CACHE_DIR") or Settings().cache_dir)
+    engine = os.environ.get("BENCH_N8N_EXPRESSION_ENGINE")
+    stack = contextlib.ExitStack()
+    stack.callback(shutil.rmtree, tmp, True)
+    handle = start(
+        install(cache), tmp / "n8n", extra_env={"N8N_EXPRESSION_ENGINE": engine} if engine else None
+    )
+    stack.callback(stop, tmp / "n8n")
+    radicale, rproc = start_radicale(tmp / "radicale")
+    stack.callback(rproc.wait, 10)
+    stack.callback(rproc.terminate)
+    url = stack.enter_context(embedded_server(tmp / "pg"))
+    db = Database.from_url(url)
+    stack.callback(db.dispose)
+    registry = load_registry(source_registry_dir())
+    ring = KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=datetime.now(UTC))
+    settings = {"caldav_base_url": radicale.base_url, "smtp_from": "cs@example.com"}
+    for u in (ALICE, BOB):
+        radicale.make_calendar(u)
+    lg_stamps: list[float] = []
+    app, saver_cm, lg_http = langgraph_app(
+        url.replace("postgresql+psycopg://", "postgresql://"), radicale.base_url, lg_stamps
+    )
+    stack.callback(lg_http.close)
+    stack.callback(saver_cm.__exit__, None, None, None)
+    cs: list[float] = []
+    lg: list[float] = []
+    previews: list[float] = []
+    split: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "approve (token issued)",
+            "verify + redeem + plan state",
+            "staleness re-check",
+            "claim (ledger + audit) before the send",
+            "the write through n8n",
+        )
+    }
+    server_get: list[float] = []
+    server_put: list[float] = []
+    try:
+        async with N8nClient(handle.base_url, handle.api_key) as client:
+            timed = TimedTransport(N8nTransport(client))
+            recorder = StoreRecorder(db, clock=system_clock)
+            executor = Executor(
+                keys=ring, registry=registry, transport=timed, db=db, settings=settings
+            )
+            instrument(executor, timed)
+            approvals = Approvals(db, clock=system_clock)
+
+            def plan_for(i: int) -> tuple[Plan, dict[str, Any], str]:
+                user = f"cs{i}@example.com"
+                radicale.make_calendar(user)
+                intent = Intent.model_validate(
+                    {
+                        "intent": "find_meeting_time",
+                        "intent_id": f"01JDQ3Z00000000000000{i:05d}",
+                        "received_at": _utc_text(datetime.now(UTC)),
+                        "user_id": user,
+                        "entities": {
+                            "participants": [ALICE, BOB],
+                            "duration_min": 30,
+                            "title": f"bench {i}",
+                            "window_start": "2026-11-23T13:00:00Z",
+                            "window_end": "2026-11-23T18:00:00Z",
+                        },
+                    }
+                )
+                plan = make_plan(intent, [], registry, LOCAL)
+                if not isinstance(plan, Plan):
+                    raise SystemExit(f"no plan: {plan}")
+                pid, key = ring.active()
+                doc = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+                return plan, doc, user
+
+            async def countersign_round(i: int) -> None:
+                plan, doc, user = plan_for(i)
+                t0 = time.perf_counter()
+                pv = await run_preview(
+                    doc,
+                    keys=ring,
+                    registry=registry,
+                    transport=timed,
+                    recorder=recorder,
+                    settings=settings,
+                    actor=user,
+                    now=system_clock(),
+                )
+                previews.append((time.perf_counter() - t0) * 1000)
+                steps: Any = pv.wrapper.normalized["steps"]
+                slot = steps["3"]["slots"][-1]
+                timed.marks = m = Marks()
+                t0 = time.perf_counter()
+                token = approvals.issue(
+                    plan_id=plan.plan_id,
+                    plan_hash=doc["plan_hash"],
+                    gate_id="gate-A",
+                    user_id=user,
+                    scopes=["calendar.write"],
+                    ttl_s=300,
+                    choice={"start": slot["start"], "end": slot["end"]},
+                ).token
+                m.mark("approved")
+                report = await executor.execute(doc, user_id=user, tokens={"gate-A": token})
+                if report.status != "completed":
+                    raise SystemExit(f"round {i}: {report}")
+                t = m.t
+                cs.append((t["write_answered"] - t0) * 1000)
+                split["approve (token issued)"].append((t["approved"] - t0) * 1000)
+                split["verify + redeem + plan state"].append(
+                    (t.get("stale_start", t["write_sent"]) - t["approved"]) * 1000
+                )
+                split["staleness re-check"].append(
+                    (t["stale_end"] - t["stale_start"]) * 1000 if "stale_start" in t else 0.0
+                )
+                split["claim (ledger + audit) before the send"].append(
+                    (t["write_sent"] - t.get("stale_end", t["write_sent"])) * 1000
+                )
+                split["the write through n8n"].append(
+                    (t["write_answered"] - t["write_sent"]) * 1000
+                )
+
+            def langgraph_round(i: int) -> None:
+                user = f"lg{i}@example.com"
+                radicale.make_calendar(user)
+                config: Any = {"configurable": {"thread_id": f"bench-{i}"}}
+                app.invoke({"user": user, "uid": f"lg-{i}-event", "title": f"bench {i}"}, config)
+                slot = {"start": "2026-11-23T17:00:00Z", "end": "2026-11-23T18:00:00Z"}
+                t0 = time.perf_counter()
+                out = app.invoke(Command(resume=slot), config)
+                if out.get("status") != 201:
+                    raise SystemExit(f"langgraph round {i}: {out}")
+                lg.append((lg_stamps[-1] - t0) * 1000)
+
+            # warm both (workflows deployed, connections open, plans cached), then interleave
+            await countersign_round(99_999)
+            langgraph_round(99_999)
+            for i in range(n):
+                if i % 2:
+                    langgraph_round(i)
+                    await countersign_round(i)
+                else:
+                    await countersign_round(i)
+                    langgraph_round(i)
+
+            # the CalDAV server's own time (direct, keep-alive)
+            async with httpx.AsyncClient(timeout=10) as h:
+                base = radicale.base_url
+                await h.get(f"{base}/{ALICE}/calendar/")
+                for i in range(n):
+                    t0 = time.perf_counter()
+                    r = await h.get(f"{base}/{ALICE}/calendar/")
+                    server_get.append((time.perf_counter() - t0) * 1000)
+                    r.raise_for_status()
+                    body = ics_event(
+                        uid=f"direct-{i}",
+                        summary="direct",
+                        start="2026-11-24T09:00:00Z",
+                        end="2026-11-24T09:30:00Z",
+                    )
+                    t0 = time.perf_counter()
+                    r = await h.put(
+                        f"{base}/{BOB}/calendar/direct-{i}.ics",
+                        content=body,
+                        headers={"If-None-Match": "*", "Content-Type": "text/calendar"},
+                    )
+                    server_put.append((time.perf_counter() - t0) * 1000)
+                    r.raise_for_status()
+    finally:
+        stack.close()
+
+    print(
+        f"machine: {machine()}; n8n 2.41.1 on Node 24, expression engine "
+        f"{engine or 'default'}; loopback; n={n} interleaved rounds; "
+        "other sessions share this 2-core machine\n"
+    )
+    print("| approve → first write answered | median ms | p95 ms |")
+    print("| --- | ---: | ---: |")
+    cs_med, cs_p95 = summary(cs)
+    lg_med, lg_p95 = summary(lg)
+    print(f"| Countersign (approve + execute, n8n write) | {cs_med:.1f} | {cs_p95:.1f} |")
+    print(f"| LangGraph 1.2 + PostgresSaver (resume → PUT) | {lg_med:.1f} | {lg_p95:.1f} |")
+    print(f"| ratio Countersign / LangGraph | {cs_med / lg_med:.1f}× | {cs_p95 / lg_p95:.1f}× |")
+    print("\n| Countersign split | median ms | p95 ms |")
+    print("| --- | ---: | ---: |")
+    for name, xs in split.items():
+        med, p95 = summary(xs)
+        print(f"| {name} | {med:.1f} | {p95:.1f} |")
+    print("\n| other | median ms | p95 ms |")
+    print("| --- | ---: | ---: |")
+    for name, xs in (
+        ("preview, 3-read plan (2 CalDAV reads → overlap)", previews),
+        ("Radicale alone: GET of a calendar collection", server_get),
+        ("Radicale alone: PUT of one event", server_put),
+    ):
+        med, p95 = summary(xs)
+        print(f"| {name} | {med:.1f} | {p95:.1f} |")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=80)
+    asyncio.run(main_async(ap.parse_args().n))
