@@ -125,6 +125,8 @@ _FLOORS["steps"] = {
 for _orchestrator in ("preview", "execute", "durable"):
     _FLOORS[_orchestrator] = _FLOORS["steps"] | {"steps"}
 _FLOORS["intake"] = {"kernel", "registry"}
+_FLOORS["planlibrary"] = {"kernel", "storage"}
+_FLOORS["planwriter"] = {"kernel", "storage", "planlibrary", "contextrag"}
 _FLOORS["contextrag"] = {"kernel", "storage", "audit"}
 _FLOORS["api"] = _FLOORS["steps"] | {
     "steps",

@@ -48,6 +48,7 @@ __all__ = [
     "PlanStep",
     "Policy",
     "PreviewWrapper",
+    "RetrievalWeights",
     "SignatureEnvelope",
     "SignedPlan",
     "StepMode",
@@ -417,6 +418,31 @@ class ApprovalToken(Contract):
     scopes: list[str] = Field(default_factory=list)
 
 
+class RetrievalWeights(Contract):
+    """How PlanRetrieval ranks stored plans for a new intent (GLOBAL_SPEC §9; PlanLibrary SPEC).
+
+    The score of a candidate is ``bm25 * s_bm25 + vector * s_vector + success * s_success +
+    recency * s_recency``, each ``s`` in 0..1: BM25 and cosine similarity min-max scaled over the
+    query's candidates, the Laplace-smoothed success rate ``(successes + 1) / (runs + 2)``, and
+    ``0.5 ** (age_days / half_life_days)`` since the plan was last used."""
+
+    bm25: float = Field(default=0.35, ge=0.0, le=1.0)
+    vector: float = Field(default=0.55, ge=0.0, le=1.0)
+    success: float = Field(default=0.06, ge=0.0, le=1.0)
+    recency: float = Field(default=0.04, ge=0.0, le=1.0)
+    half_life_days: float = Field(default=30.0, gt=0.0, le=3650.0)
+    #: how many exemplars a retrieval returns at most
+    top_k: int = Field(default=5, ge=1, le=50)
+    #: candidates below this score are not returned
+    min_score: float = Field(default=0.1, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> RetrievalWeights:
+        if self.bm25 + self.vector + self.success + self.recency <= 0:
+            raise ValueError("at least one retrieval weight must be above 0")
+        return self
+
+
 class Policy(Contract):
     """Configuration that shapes plans (vC). Its content hash is ``version``."""
 
@@ -440,12 +466,17 @@ class Policy(Contract):
     #: unset: ``/plans/<plan_id>``. Left out of the signed form when unset, so policies that do
     #: not set it keep their version.
     card_url: str | None = Field(default=None, max_length=500, pattern=r"^https?://\S+$")
+    #: PlanRetrieval's ranking (issue 15.3). Left out of the signed form while it is the
+    #: default, so policies that do not change it keep their version.
+    retrieval: RetrievalWeights = Field(default_factory=RetrievalWeights)
 
     def to_json(self) -> dict[str, Any]:
-        """The signed form (``card_url`` only when set)."""
+        """The signed form (``card_url`` only when set, ``retrieval`` only when not default)."""
         out = self.model_dump(mode="json")
         if out.get("card_url") is None:
             out.pop("card_url", None)
+        if self.retrieval == RetrievalWeights():
+            out.pop("retrieval", None)
         return out
 
     @cached_property

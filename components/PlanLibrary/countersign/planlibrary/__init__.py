@@ -1,0 +1,33 @@
+"""PlanLibrary / PlanRetrieval (issue 15.3–15.4): signed plans with their outcomes, found again
+for a new intent by a hybrid of BM25 (PostgreSQL full-text), pgvector similarity, success rate and
+recency, and handed to the planner as ``exemplar`` evidence with a one-line why."""
+
+from .core import intent_text, merge, plan_text, rank, terms, to_evidence, why_line
+from .embeddings import Embedder, LiteLLMEmbedder, WordLlamaEmbedder, fit_dim
+from .errors import EmbeddingError, EmbeddingUnavailableError, LibraryInputError
+from .lexical import Bm25Index
+from .models import Candidate, LibraryEntry, Ranked
+from .store import PlanLibrary, vector_literal
+
+__all__ = [
+    "Bm25Index",
+    "Candidate",
+    "Embedder",
+    "EmbeddingError",
+    "EmbeddingUnavailableError",
+    "LibraryEntry",
+    "LibraryInputError",
+    "LiteLLMEmbedder",
+    "PlanLibrary",
+    "Ranked",
+    "WordLlamaEmbedder",
+    "fit_dim",
+    "intent_text",
+    "merge",
+    "plan_text",
+    "rank",
+    "terms",
+    "to_evidence",
+    "vector_literal",
+    "why_line",
+]

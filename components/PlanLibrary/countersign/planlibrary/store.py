@@ -1,0 +1,223 @@
+"""The plan library in PostgreSQL (``plan_library``, migration 0001) and PlanRetrieval over it.
+
+Lexical channel: the generated ``tsv`` ('simple' config, GIN index) against an OR-tsquery of the
+query's ``terms`` (only ``[a-z0-9]+``, bound as a parameter), scored by ``ts_rank``. Vector channel:
+pgvector cosine distance on the HNSW index (``hnsw.iterative_scan`` so the per-user filter still
+returns ``k`` rows). Both are restricted to the caller's own plans. The candidates of both are
+merged and ranked by the pure core (``core.rank``) with the Policy's ``retrieval`` weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from countersign.kernel import Evidence, Intent, RetrievalWeights
+from countersign.storage import Database
+
+from .core import intent_text, merge, rank, terms, to_evidence
+from .embeddings import Embedder, fit_dim
+from .errors import LibraryInputError
+from .models import Candidate, LibraryEntry, Ranked
+
+__all__ = ["PlanLibrary", "vector_literal"]
+
+_COLS = "plan_id, user_id, intent, text, success_count, failure_count, last_used_at, created_at"
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector (``[0.1,0.2,…]``), for ``CAST(:v AS vector)``."""
+    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+
+
+def _entry(row: Any) -> LibraryEntry:
+    m = row._mapping
+    return LibraryEntry(**{k: m[k] for k in LibraryEntry.model_fields})
+
+
+class PlanLibrary:
+    """Stored plans with their outcome counts, and hybrid retrieval over them.
+
+    Args:
+        db: the migrated database.
+        embedder: turns text into vectors (``WordLlamaEmbedder`` by default at the roots).
+        clock: now, for recency.
+    """
+
+    def __init__(self, db: Database, *, embedder: Embedder, clock: Callable[[], datetime]) -> None:
+        self.db = db
+        self.embedder = embedder
+        self._clock = clock
+        self._dim: int | None = None
+
+    # ---- writing ----------------------------------------------------------------------------
+    def column_dim(self) -> int:
+        """The ``plan_library.embedding`` column's dimension (read once)."""
+        if self._dim is None:
+            with self.db.tx() as c:
+                row = c.execute(
+                    text(
+                        "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'plan_library'::regclass "
+                        "AND attname = 'embedding'"
+                    )
+                ).scalar_one()
+            self._dim = int(row)
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> list[str]:
+        """The texts' vectors as pgvector literals fitted to the column."""
+        dim = self.column_dim()
+        return [vector_literal(fit_dim(v, dim)) for v in self.embedder.embed(list(texts))]
+
+    def upsert(self, c: Connection, entry: LibraryEntry, *, vector: str | None) -> None:
+        """Insert or refresh one plan's row (text, embedding) in the caller's transaction; its
+        outcome counts and last use are kept (PlanWriter sets them)."""
+        c.execute(
+            text(
+                """
+                INSERT INTO plan_library (plan_id, user_id, intent, text, embedding,
+                                          success_count, failure_count, last_used_at, created_at)
+                VALUES (:plan_id, :user_id, :intent, :text, CAST(:vec AS vector),
+                        :success_count, :failure_count, :last_used_at, :created_at)
+                ON CONFLICT (plan_id) DO UPDATE SET text = EXCLUDED.text,
+                    embedding = EXCLUDED.embedding
+                """
+            ),
+            {**entry.model_dump(), "vec": vector},
+        )
+
+    def get(self, plan_id: str) -> LibraryEntry | None:
+        """One entry, or None."""
+        with self.db.tx() as c:
+            row = c.execute(
+                text("SELECT " + _COLS + " FROM plan_library WHERE plan_id = :p"),  # noqa: S608 - constant columns
+                {"p": plan_id},
+            ).first()
+        return None if row is None else _entry(row)
+
+    # ---- retrieval --------------------------------------------------------------------------
+    def lexical(
+        self,
+        c: Connection,
+        user_id: str,
+        query: str,
+        k: int,
+        *,
+        intent: str | None = None,
+        vector: str | None = None,
+    ) -> list[Candidate]:
+        """Full-text candidates: the ``k`` best by ``ts_rank`` of an OR of the query's terms
+        (with their cosine similarity to ``vector`` when given, so both channels score them)."""
+        q = terms(query)
+        if not q:
+            return []
+        rows = c.execute(
+            text(
+                """
+                SELECT top.*, 1 - (top.embedding <=> CAST(:v AS vector)) AS cos, ARRAY(SELECT t FROM unnest(CAST(:terms AS text[])) AS t
+                                    WHERE top.tsv @@ to_tsquery('simple', t)) AS matched
+                FROM (SELECT plan_id, user_id, intent, text, success_count, failure_count,
+                             last_used_at, created_at, tsv, embedding, ts_rank(tsv, q) AS lex
+                      FROM plan_library, to_tsquery('simple', :tsq) AS q
+                      WHERE user_id = :u AND tsv @@ q
+                        AND (CAST(:intent AS text) IS NULL OR intent = :intent)
+                      ORDER BY lex DESC, created_at DESC
+                      LIMIT :k) AS top
+                ORDER BY lex DESC, created_at DESC
+                """
+            ),
+            {"tsq": " | ".join(q), "terms": q, "u": user_id, "k": k, "intent": intent, "v": vector},
+        ).all()
+        return [
+            Candidate(
+                entry=_entry(r),
+                lexical=float(r.lex),
+                cosine=None if r.cos is None else float(r.cos),
+                matched=tuple(r.matched),
+            )
+            for r in rows
+        ]
+
+    def nearest(
+        self, c: Connection, user_id: str, vector: str, k: int, *, intent: str | None = None
+    ) -> list[Candidate]:
+        """Vector candidates: the ``k`` nearest by cosine distance on the HNSW index."""
+        c.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+        c.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, 2 * k)}"))
+        rows = c.execute(
+            text(
+                """
+                SELECT plan_id, user_id, intent, text, success_count, failure_count,
+                       last_used_at, created_at, embedding <=> CAST(:v AS vector) AS dist
+                FROM plan_library
+                WHERE user_id = :u AND embedding IS NOT NULL
+                  AND (CAST(:intent AS text) IS NULL OR intent = :intent)
+                ORDER BY embedding <=> CAST(:v AS vector)
+                LIMIT :k
+                """
+            ),
+            {"v": vector, "u": user_id, "k": k, "intent": intent},
+        ).all()
+        return [Candidate(entry=_entry(r), cosine=1.0 - float(r.dist)) for r in rows]
+
+    def retrieve(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        weights: RetrievalWeights | None = None,
+        limit: int | None = None,
+        intent: str | None = None,
+        channels: tuple[str, ...] = ("bm25", "vector"),
+    ) -> list[Ranked]:
+        """The user's stored plans that best match ``query``, ranked (hybrid by default).
+
+        Args:
+            channels: ``("bm25",)`` or ``("vector",)`` to use one channel only (the recall
+                comparison); weights of the other channel then count nothing.
+
+        Raises:
+            LibraryInputError: an empty user or query, a limit out of 1..50, an unknown channel.
+        """
+        w = weights or RetrievalWeights()
+        k = limit or w.top_k
+        if not user_id or not query.strip():
+            raise LibraryInputError("plan retrieval needs a user_id and a non-empty query")
+        if not 1 <= k <= 50:
+            raise LibraryInputError(f"plan retrieval limit must be 1..50, got {k}")
+        if not channels or set(channels) - {"bm25", "vector"}:
+            raise LibraryInputError(f"unknown retrieval channels {channels!r}")
+        pool = max(20, 4 * k)
+        vector = self.embed([query])[0] if "vector" in channels else None
+        with self.db.tx() as c:
+            lex = (
+                self.lexical(c, user_id, query, pool, intent=intent, vector=vector)
+                if "bm25" in channels
+                else []
+            )
+            vec = (
+                self.nearest(c, user_id, vector, pool, intent=intent) if vector is not None else []
+            )
+        if channels == ("bm25",):
+            w = w.model_copy(update={"vector": 0.0})
+        elif channels == ("vector",):
+            w = w.model_copy(update={"bm25": 0.0})
+        return rank(merge(lex, vec), weights=w, now=self._clock(), top_k=k)
+
+    def exemplars(
+        self,
+        intent: Intent,
+        *,
+        weights: RetrievalWeights | None = None,
+        request: str | None = None,
+        limit: int | None = None,
+    ) -> list[Evidence]:
+        """The stable entry point ContextRAG calls (SPEC §4): the intent's user's best stored
+        plans as ``exemplar`` evidence, each with its one-line why."""
+        ranked = self.retrieve(
+            intent.user_id, intent_text(intent, request), weights=weights, limit=limit
+        )
+        return to_evidence(ranked)

@@ -1,0 +1,19 @@
+"""The JSON Schemas in schemas/ match the public models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from countersign.kernel import schema_snapshot
+from countersign.planlibrary import Candidate, LibraryEntry, Ranked
+
+
+def test_json_schemas_are_current() -> None:
+    folder = Path(__file__).resolve().parents[1] / "schemas"
+    stale = schema_snapshot(
+        [LibraryEntry, Candidate, Ranked],
+        folder,
+        update=os.environ.get("COUNTERSIGN_UPDATE_SCHEMAS") == "1",
+    )
+    assert not stale, f"schemas out of date: {stale}; rerun with COUNTERSIGN_UPDATE_SCHEMAS=1"

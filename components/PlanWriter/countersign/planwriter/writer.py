@@ -1,0 +1,195 @@
+"""PlanWriter (issue 15.5): a finished execution's outcomes → History + PlanLibrary, idempotently.
+
+For a plan whose execution ended (interactive ``execute_finished``, durable ``finish_plan``), it
+reads the plan and its steps' recorded statuses from the plan store (what the runtimes wrote),
+and in ONE transaction, under a per-plan advisory lock:
+
+1. for every step with a final status, one normalized, PII-light history fact
+   (``record_history``, keyed ``(plan_id, step, key)``) and one ``outcomes`` row keyed
+   ``(plan_id, step)`` — inserted only if absent;
+2. the plan's library row: text and embedding refreshed, ``success_count`` / ``failure_count``
+   recounted from its ``outcomes`` rows, ``last_used_at`` = when it finished.
+
+A replay (the same call again, a retried activity, a crash between steps) inserts nothing new and
+recounts the same numbers, so it changes nothing (tests: ``test_planwriter_idempotency.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import JsonValue
+from sqlalchemy import Connection, Engine, text
+
+from countersign.kernel import Plan, parse_contract
+from countersign.planlibrary import LibraryEntry, PlanLibrary, plan_text
+from countersign.storage import Database, PlanStore, StorageInputError, stored_document
+
+__all__ = ["HistoryRecorder", "PlanWriter", "WriteReport", "normalized_facts"]
+
+#: a step's recorded status → (history status, library outcome); steps not final are skipped
+_FINAL: dict[str, tuple[str, str]] = {
+    "done": ("ok", "ok"),
+    "skipped": ("skipped", "ok"),
+    "failed": ("failed", "failed"),
+    "compensated": ("cancelled", "failed"),
+}
+
+
+class HistoryRecorder(Protocol):
+    """``countersign.contextrag.store.record_history``: one idempotent history row."""
+
+    def __call__(
+        self,
+        engine_or_conn: Engine | Connection,
+        *,
+        user_id: str,
+        plan_id: str,
+        step: int,
+        intent: str,
+        key: str,
+        value: JsonValue,
+        status: str,
+        at: datetime,
+    ) -> bool: ...
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    """What one call wrote: the new history facts and outcome rows (0 on a replay)."""
+
+    plan_id: str
+    facts: int
+    outcomes: int
+    success_count: int
+    failure_count: int
+
+
+def normalized_facts(
+    plan: Plan, steps: list[dict[str, Any]]
+) -> list[tuple[int, str, dict[str, JsonValue], str, str]]:
+    """``(step, key, value, history status, outcome)`` per final step: the op it called, its
+    role and mode, and a handle on what it wrote (the provider's ``id`` only) — never the
+    arguments or the read outputs (private content stays with the plan)."""
+    out = []
+    for s in steps:
+        final = _FINAL.get(str(s["status"]))
+        if final is None:
+            continue
+        step = plan.step(int(s["step"]))
+        value: dict[str, JsonValue] = {
+            "op": f"{step.uses}.{step.call}",
+            "role": step.role,
+            "mode": step.mode,
+        }
+        output = s.get("output")
+        if isinstance(output, dict):
+            result = output.get("result") if isinstance(output.get("result"), dict) else output
+            handle = result.get("id") if isinstance(result, dict) else None
+            if isinstance(handle, str | int) and not isinstance(handle, bool):
+                value["result_id"] = str(handle)[:200]
+        out.append((step.step, "outcome", value, final[0], final[1]))
+    return out
+
+
+@dataclass
+class PlanWriter:
+    """Writes a finished plan's outcomes to History and the PlanLibrary (module docstring)."""
+
+    db: Database
+    library: PlanLibrary
+    history: HistoryRecorder
+    clock: Callable[[], datetime]
+    _plans: PlanStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._plans = PlanStore(self.db, clock=self.clock)
+
+    def plan_finished(self, plan_id: str) -> WriteReport:
+        """Record the plan's final step outcomes; idempotent (a replay changes nothing).
+
+        Raises:
+            StorageInputError: no stored plan ``plan_id``.
+            EmbeddingError: the embedder failed (nothing written; call again).
+        """
+        row = self._plans.get(plan_id)
+        if row is None:
+            raise StorageInputError(f"plan writer: no stored plan {plan_id[:40]!r}")
+        plan = parse_contract(Plan, stored_document(row)["plan"], what=f"stored plan {plan_id}")
+        facts = normalized_facts(plan, row["steps"])
+        doc = plan_text(plan)
+        vector = self.library.embed([doc])[0]  # before the transaction: no lock held meanwhile
+        now = self.clock()
+        user, intent = plan.intent.user_id, plan.intent.intent
+        with self.db.tx() as c:
+            c.execute(
+                text("SELECT pg_advisory_xact_lock(hashtext('planwriter:' || :p))"), {"p": plan_id}
+            )
+            new_facts = sum(
+                self.history(
+                    c,
+                    user_id=user,
+                    plan_id=plan_id,
+                    step=step,
+                    intent=intent,
+                    key=key,
+                    value=value,
+                    status=status,
+                    at=now,
+                )
+                for step, key, value, status, _ in facts
+            )
+            new_outcomes = 0
+            for step, _, value, _, outcome in facts:
+                new_outcomes += c.execute(
+                    text(
+                        """
+                        INSERT INTO outcomes (plan_id, step, provider, status, result, created_at)
+                        SELECT CAST(:p AS varchar), CAST(:s AS integer), :provider, :st,
+                               CAST(:r AS jsonb), :now
+                        WHERE NOT EXISTS (SELECT 1 FROM outcomes
+                                          WHERE plan_id = CAST(:p AS varchar)
+                                            AND step = CAST(:s AS integer))
+                        """
+                    ),
+                    {
+                        "p": plan_id,
+                        "s": step,
+                        "provider": plan.step(step).uses[:64],
+                        "st": outcome,
+                        "r": json.dumps(value),
+                        "now": now,
+                    },
+                ).rowcount
+            ok, failed = c.execute(
+                text(
+                    "SELECT count(*) FILTER (WHERE status = 'ok'), "
+                    "count(*) FILTER (WHERE status = 'failed') FROM outcomes WHERE plan_id = :p"
+                ),
+                {"p": plan_id},
+            ).one()
+            entry = LibraryEntry(
+                plan_id=plan_id,
+                user_id=user,
+                intent=intent,
+                text=doc,
+                success_count=ok,
+                failure_count=failed,
+                created_at=plan.meta.created_at,
+            )
+            self.library.upsert(c, entry, vector=vector)
+            # counts recounted (a replay sets the same numbers); last use moves only when
+            # this call recorded something new
+            c.execute(
+                text(
+                    "UPDATE plan_library SET success_count = :ok, failure_count = :f, "
+                    "last_used_at = CASE WHEN :new THEN :now ELSE last_used_at END "
+                    "WHERE plan_id = :p"
+                ),
+                {"ok": ok, "f": failed, "new": new_outcomes > 0, "now": now, "p": plan_id},
+            )
+        return WriteReport(plan_id, int(new_facts), new_outcomes, int(ok), int(failed))
