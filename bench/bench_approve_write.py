@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -46,7 +47,7 @@ from common import machine, summary
 
 from countersign.approvals import Approvals
 from countersign.binding import ics_event
-from countersign.execute import Executor
+from countersign.execute import Executor, stale_changes
 from countersign.kernel import Intent, Plan, Policy, Settings, source_registry_dir, system_clock
 from countersign.n8n import N8nClient, install, start, stop
 from countersign.planner import make_plan
@@ -54,7 +55,7 @@ from countersign.preview import run_preview
 from countersign.registry import load_registry
 from countersign.sandbox import start_radicale
 from countersign.signer import KeyRing, sign_plan
-from countersign.steps import N8nTransport, StoreRecorder
+from countersign.steps import N8nStepRunner, N8nTransport, StoreRecorder, run_dag
 from countersign.storage import Database, embedded_server
 
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
@@ -100,10 +101,27 @@ class TimedTransport:
         return out
 
 
-def instrument(executor: Executor, marks_of: TimedTransport) -> None:
-    """Stamp the executor's phases (bench-only wrappers on one instance)."""
+async def check_as_before(
+    plan: Plan,
+    runner: N8nStepRunner,
+    reads: list[int],
+    prints: Mapping[int, str],
+    before: Mapping[int, Any],
+    user_id: str,
+) -> None:
+    """The staleness re-check as it was before issue 16.0 (every read and the overlap as n8n
+    executions), for a same-run comparison; a change stops the bench."""
+    old = dataclasses.replace(runner, in_process=False)
+    fresh = await run_dag(plan, reads, old.run)
+    if stale_changes(prints, before, fresh):
+        raise SystemExit(f"plan {plan.plan_id}: stale in the bench")
+
+
+def instrument(executor: Executor, marks_of: TimedTransport, *, as_before: bool = False) -> None:
+    """Stamp the executor's phases (bench-only wrappers on one instance); ``as_before``: the
+    staleness re-check through n8n as before issue 16.0."""
     prove = executor._prove_gates
-    check = executor._check_stale
+    check = check_as_before if as_before else executor._check_stale
 
     def proving(*a: Any, **k: Any) -> Any:
         marks_of.marks.mark("redeem_start")
@@ -195,29 +213,32 @@ async def main_async(n: int) -> None:
     )
     stack.callback(lg_http.close)
     stack.callback(saver_cm.__exit__, None, None, None)
-    cs: list[float] = []
+    modes = ("now", "before")  # before: the staleness re-check through n8n, as before 16.0
+    cs: dict[str, list[float]] = {m: [] for m in modes}
     lg: list[float] = []
     previews: list[float] = []
-    split: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "approve (token issued)",
-            "verify + redeem + plan state",
-            "staleness re-check",
-            "claim (ledger + audit) before the send",
-            "the write through n8n",
-        )
-    }
+    dag: dict[str, list[float]] = {m: [] for m in modes}  # the preview's steps alone
+    one_read: dict[str, list[float]] = {"n8n": [], "direct": []}
+    parts = (
+        "approve (token issued)",
+        "verify + redeem + plan state",
+        "staleness re-check",
+        "claim (ledger + audit) before the send",
+        "the write through n8n",
+    )
+    split: dict[str, dict[str, list[float]]] = {m: {k: [] for k in parts} for m in modes}
     server_get: list[float] = []
     server_put: list[float] = []
     try:
         async with N8nClient(handle.base_url, handle.api_key) as client:
             timed = TimedTransport(N8nTransport(client))
             recorder = StoreRecorder(db, clock=system_clock)
-            executor = Executor(
-                keys=ring, registry=registry, transport=timed, db=db, settings=settings
-            )
-            instrument(executor, timed)
+            executors = {
+                m: Executor(keys=ring, registry=registry, transport=timed, db=db, settings=settings)
+                for m in modes
+            }
+            instrument(executors["now"], timed)
+            instrument(executors["before"], timed, as_before=True)
             approvals = Approvals(db, clock=system_clock)
 
             def plan_for(i: int) -> tuple[Plan, dict[str, Any], str]:
@@ -245,8 +266,8 @@ async def main_async(n: int) -> None:
                 doc = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
                 return plan, doc, user
 
-            async def countersign_round(i: int) -> None:
-                plan, doc, user = plan_for(i)
+            async def countersign_round(i: int, mode: str) -> None:
+                plan, doc, user = plan_for(i if mode == "now" else 50_000 + i)
                 t0 = time.perf_counter()
                 pv = await run_preview(
                     doc,
@@ -258,7 +279,34 @@ async def main_async(n: int) -> None:
                     actor=user,
                     now=system_clock(),
                 )
-                previews.append((time.perf_counter() - t0) * 1000)
+                if mode == "now":
+                    previews.append((time.perf_counter() - t0) * 1000)
+                    runner = N8nStepRunner(
+                        plan=plan,
+                        plan_hash=doc["plan_hash"],
+                        registry=registry,
+                        transport=timed,
+                        settings=settings,
+                        read_only=True,
+                    )
+                    for m_ in modes if i % 2 else modes[::-1]:
+                        r_ = (
+                            runner if m_ == "now" else dataclasses.replace(runner, in_process=False)
+                        )
+                        t0 = time.perf_counter()
+                        out = await run_dag(plan, [1, 2, 3], r_.run)
+                        dag[m_].append((time.perf_counter() - t0) * 1000)
+                        if out != pv.outputs:
+                            raise SystemExit(f"round {i}: {m_} differs from the preview")
+                    async with httpx.AsyncClient(timeout=10) as h_:
+                        await runner.read_direct(h_, plan.step(1), {})
+                        for how in ("n8n", "direct") if i % 2 else ("direct", "n8n"):
+                            t0 = time.perf_counter()
+                            if how == "n8n":
+                                await runner.run(plan.step(1), {})
+                            else:
+                                await runner.read_direct(h_, plan.step(1), {})
+                            one_read[how].append((time.perf_counter() - t0) * 1000)
                 steps: Any = pv.wrapper.normalized["steps"]
                 slot = steps["3"]["slots"][-1]
                 timed.marks = m = Marks()
@@ -273,24 +321,23 @@ async def main_async(n: int) -> None:
                     choice={"start": slot["start"], "end": slot["end"]},
                 ).token
                 m.mark("approved")
-                report = await executor.execute(doc, user_id=user, tokens={"gate-A": token})
+                report = await executors[mode].execute(doc, user_id=user, tokens={"gate-A": token})
                 if report.status != "completed":
                     raise SystemExit(f"round {i}: {report}")
                 t = m.t
-                cs.append((t["write_answered"] - t0) * 1000)
-                split["approve (token issued)"].append((t["approved"] - t0) * 1000)
-                split["verify + redeem + plan state"].append(
+                cs[mode].append((t["write_answered"] - t0) * 1000)
+                sp = split[mode]
+                sp["approve (token issued)"].append((t["approved"] - t0) * 1000)
+                sp["verify + redeem + plan state"].append(
                     (t.get("stale_start", t["write_sent"]) - t["approved"]) * 1000
                 )
-                split["staleness re-check"].append(
+                sp["staleness re-check"].append(
                     (t["stale_end"] - t["stale_start"]) * 1000 if "stale_start" in t else 0.0
                 )
-                split["claim (ledger + audit) before the send"].append(
+                sp["claim (ledger + audit) before the send"].append(
                     (t["write_sent"] - t.get("stale_end", t["write_sent"])) * 1000
                 )
-                split["the write through n8n"].append(
-                    (t["write_answered"] - t["write_sent"]) * 1000
-                )
+                sp["the write through n8n"].append((t["write_answered"] - t["write_sent"]) * 1000)
 
             def langgraph_round(i: int) -> None:
                 user = f"lg{i}@example.com"
@@ -305,15 +352,17 @@ async def main_async(n: int) -> None:
                 lg.append((lg_stamps[-1] - t0) * 1000)
 
             # warm both (workflows deployed, connections open, plans cached), then interleave
-            await countersign_round(99_999)
+            await countersign_round(49_999, "now")
+            await countersign_round(49_999, "before")
             langgraph_round(99_999)
             for i in range(n):
-                if i % 2:
-                    langgraph_round(i)
-                    await countersign_round(i)
-                else:
-                    await countersign_round(i)
-                    langgraph_round(i)
+                order = ["lg", "now", "before"]
+                order = order[i % 3 :] + order[: i % 3]  # each system first, second, third alike
+                for who in order:
+                    if who == "lg":
+                        langgraph_round(i)
+                    else:
+                        await countersign_round(i, who)
 
             # the CalDAV server's own time (direct, keep-alive)
             async with httpx.AsyncClient(timeout=10) as h:
@@ -346,27 +395,37 @@ async def main_async(n: int) -> None:
         f"{engine or 'default'}; loopback; n={n} interleaved rounds; "
         "other sessions share this 2-core machine\n"
     )
+
+    def row(name: str, xs: list[float]) -> None:
+        med, p95 = summary(xs)
+        print(f"| {name} | {med:.1f} | {p95:.1f} |")
+
     print("| approve → first write answered | median ms | p95 ms |")
     print("| --- | ---: | ---: |")
-    cs_med, cs_p95 = summary(cs)
+    row("Countersign now (direct re-read, analyze in-process)", cs["now"])
+    row("Countersign as before 16.0 (re-read + analyze as n8n executions)", cs["before"])
+    row("LangGraph 1.2 + PostgresSaver (resume → PUT)", lg)
     lg_med, lg_p95 = summary(lg)
-    print(f"| Countersign (approve + execute, n8n write) | {cs_med:.1f} | {cs_p95:.1f} |")
-    print(f"| LangGraph 1.2 + PostgresSaver (resume → PUT) | {lg_med:.1f} | {lg_p95:.1f} |")
-    print(f"| ratio Countersign / LangGraph | {cs_med / lg_med:.1f}× | {cs_p95 / lg_p95:.1f}× |")
-    print("\n| Countersign split | median ms | p95 ms |")
+    for m in modes:
+        med, p95 = summary(cs[m])
+        print(f"| ratio Countersign {m} / LangGraph | {med / lg_med:.1f}× | {p95 / lg_p95:.1f}× |")
+    print("\n| Countersign split (now / as before) | median ms | p95 ms |")
     print("| --- | ---: | ---: |")
-    for name, xs in split.items():
-        med, p95 = summary(xs)
-        print(f"| {name} | {med:.1f} | {p95:.1f} |")
-    print("\n| other | median ms | p95 ms |")
+    for name in parts:
+        a, b = summary(split["now"][name]), summary(split["before"][name])
+        print(f"| {name} | {a[0]:.1f} / {b[0]:.1f} | {a[1]:.1f} / {b[1]:.1f} |")
+    print("\n| preview and reads | median ms | p95 ms |")
     print("| --- | ---: | ---: |")
-    for name, xs in (
-        ("preview, 3-read plan (2 CalDAV reads → overlap)", previews),
-        ("Radicale alone: GET of a calendar collection", server_get),
-        ("Radicale alone: PUT of one event", server_put),
-    ):
-        med, p95 = summary(xs)
-        print(f"| {name} | {med:.1f} | {p95:.1f} |")
+    row(
+        "preview, 3-read plan (verify + 2 CalDAV reads on n8n → overlap in-process + store)",
+        previews,
+    )
+    row("the preview's 3 steps alone, overlap in-process", dag["now"])
+    row("the preview's 3 steps alone, overlap as an n8n Code execution (before)", dag["before"])
+    row("one CalDAV read as an n8n execution (the n8n floor + Radicale)", one_read["n8n"])
+    row("one CalDAV read direct (httpx, the staleness path)", one_read["direct"])
+    row("Radicale alone: GET of a calendar collection (keep-alive)", server_get)
+    row("Radicale alone: PUT of one event (keep-alive)", server_put)
 
 
 if __name__ == "__main__":

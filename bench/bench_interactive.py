@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -104,18 +105,26 @@ def get_node(name: str, url: str) -> dict[str, Any]:
 
 
 async def main_async(n: int) -> None:
-    tmp = Path(tempfile.mkdtemp())
+    tmp = Path(tempfile.mkdtemp(prefix="bench-interactive-"))
     cache = Path(os.environ.get("COUNTERSIGN_CACHE_DIR") or Settings().cache_dir)
     engine = os.environ.get("BENCH_N8N_EXPRESSION_ENGINE")
+    # every server is stopped by this stack, in reverse order, whatever fails after it started
+    # (before, a failure between starting Postgres and the `finally` left it running)
+    stack = contextlib.ExitStack()
+    stack.callback(shutil.rmtree, tmp, True)
     handle = start(
         install(cache), tmp / "n8n", extra_env={"N8N_EXPRESSION_ENGINE": engine} if engine else None
     )
+    stack.callback(stop, tmp / "n8n")
     radicale, rproc = start_radicale(tmp / "radicale")
+    stack.callback(rproc.wait, 10)
+    stack.callback(rproc.terminate)
     slow = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
     threading.Thread(target=slow.serve_forever, daemon=True).start()
+    stack.callback(slow.shutdown)
     slow_url = f"http://127.0.0.1:{slow.server_address[1]}"
-    pg = contextlib.ExitStack()  # stops the throw-away server in the finally below
-    db = Database.from_url(pg.enter_context(embedded_server(tmp / "pg")))
+    db = Database.from_url(stack.enter_context(embedded_server(tmp / "pg")))
+    stack.callback(db.dispose)
     registry = load_registry(source_registry_dir())
     ring = KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=time_now())
     settings = {"caldav_base_url": radicale.base_url, "smtp_from": "cs@example.com"}
@@ -266,11 +275,7 @@ async def main_async(n: int) -> None:
             )
             rows.append(("the write step alone (n8n CalDAV PUT, from the audit row)", writes))
     finally:
-        stop(tmp / "n8n")
-        rproc.terminate()
-        slow.shutdown()
-        db.dispose()
-        pg.close()
+        stack.close()
 
     print(
         f"machine: {machine()}; n8n 2.41.1 on Node 24, expression engine {engine or 'default (vm)'}; loopback; n={n}\n"
