@@ -32,6 +32,7 @@ from sqlalchemy import text
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from countersign.contextrag import ForgetRequest, MemoryWrite, PrefsUpdate
 from countersign.durable import EncryptionCodec
 from countersign.kernel import CountersignError, InputError, Needs, format_utc
 from countersign.steps import StepTransport
@@ -138,6 +139,13 @@ class ReviseRequest(_Body):
     entities: dict[str, Any] = Field(min_length=1, max_length=32)
 
 
+class ReplanRequest(_Body):
+    #: the ``source_ref`` of each evidence item to leave out (as the card lists them)
+    drop: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        min_length=1, max_length=64
+    )
+
+
 class ExecuteRequest(_Body):
     tokens: dict[str, Annotated[str, Field(min_length=1, max_length=2048)]] = Field(
         default_factory=dict
@@ -230,6 +238,30 @@ _CHAT = """
 <input id="text" name="text" placeholder="find 30 minutes with Alice and Bob next week" required>
 <button type="submit">Send</button></form></section>
 <section aria-label="your plans"><h2>Your plans</h2><ul id="plans"></ul></section>
+<p class="meta"><a href="/memory">Preferences and consent</a></p>
+"""
+
+_MEMORY = """
+<section aria-label="preferences" id="memory"><h2>Preferences</h2>
+<p class="meta">What the planner may use when you ask for something. Values are JSON
+(<code>30</code>, <code>"https://meet.example/me"</code>, <code>{"start": "09:00", "end": "17:00"}</code>).</p>
+<table id="prefs"><thead><tr><th>preference</th><th>value</th><th></th></tr></thead><tbody></tbody></table>
+<form id="pref-add" autocomplete="off"><label>name <input id="pref-key" required
+pattern="[a-z][a-z0-9_.]{0,127}" placeholder="default_meeting_length"></label>
+<label>value <input id="pref-value" required placeholder="30"></label>
+<button type="submit">Save preference</button></form>
+<h2>Consent</h2>
+<p class="meta">Private content (T5) is used only for a purpose you have granted.</p>
+<ul id="consent"></ul>
+<form id="consent-add" autocomplete="off"><label>purpose <input id="consent-purpose" required
+pattern="[a-z][a-z0-9_.\\-]{0,63}" placeholder="mail_insights"></label>
+<button type="submit">Grant</button></form>
+<h2>Your data</h2>
+<p><a href="/v1/memory/export" download="countersign-export.json">Export everything (JSON)</a></p>
+<form id="forget-subject" autocomplete="off"><label>forget a subject <input id="subject"
+minlength="3" required placeholder="carol"></label><button type="submit">Forget it</button></form>
+<p id="memory-status" class="meta" aria-live="polite"></p>
+<p class="meta"><a href="/">Back to the chat</a></p></section>
 """
 
 
@@ -240,12 +272,15 @@ def _page(
     plan_id: str | None = None,
     status: int = 200,
     temporal_ui: str | None = None,
+    memory: bool = False,
 ) -> Response:
     user = f"<span class='meta'>signed in as {html.escape(who)}</span>" if who else ""
     data = f" data-plan='{html.escape(plan_id)}'" if plan_id else ""
     if temporal_ui and who:
         data += f" data-temporal-ui='{html.escape(temporal_ui)}'"
-    script = "<script src='/static/chat.js' defer></script>" if who else ""
+    script = (
+        f"<script src='/static/{'memory' if memory else 'chat'}.js' defer></script>" if who else ""
+    )
     page = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
@@ -457,13 +492,20 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         )
 
     async def propose(
-        intent_body: dict[str, Any], user_id: str
+        intent_body: dict[str, Any], user_id: str, *, drop: list[str] | None = None
     ) -> tuple[int, dict[str, Any], float]:
         intent = service.intent_from(intent_body, user_id)
         started = time.perf_counter()
-        out = await asyncio.to_thread(service.plan, intent, user_id)
+        out, evidence = await asyncio.to_thread(
+            lambda: service.plan_with_evidence(intent, user_id, exclude=drop or ())
+        )
+        used = [e.to_json() for e in evidence]
         if isinstance(out, Needs):
-            needs = {"needs": [n.to_json() for n in out.needs], "intent": out.intent}
+            needs = {
+                "needs": [n.to_json() for n in out.needs],
+                "intent": out.intent,
+                "evidence": used,
+            }
             return 200, needs, (time.perf_counter() - started) * 1000
         plan_id = out["plan"]["plan_id"]
         preview: dict[str, Any] | None = None
@@ -482,6 +524,8 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
             "preview": preview,
             "preview_error": preview_error,
             "gates": gates,
+            # what ContextRAG gave the planner (its hash is the signed plan's meta.evidence_hash)
+            "evidence": used,
         }
         return 201, body, (time.perf_counter() - started) * 1000
 
@@ -559,7 +603,13 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
             conv.intent, conv.entities = u.intent, dict(u.entities)
         else:
             status, out, _ = await propose(
-                {"intent": u.intent, "entities": u.entities, "tz": zone}, user_id
+                {
+                    "intent": u.intent,
+                    "entities": u.entities,
+                    "tz": zone,
+                    "context_budget": service.chat_context_budget,
+                },
+                user_id,
             )
             reply |= out
             conv.intent, conv.entities = None, {}  # the next message starts a new request
@@ -595,6 +645,61 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         watcher: starting it) cancels the plan it revises."""
         status, out = await revise_plan(plan_id, body.entities, who.user_id)
         return _json_response(out, status=201 if status == 201 else status)
+
+    @app.post("/v1/plans/{plan_id}/replan", status_code=201, tags=["plans"])
+    async def replan(plan_id: str, body: ReplanRequest, who: Caller) -> Response:
+        """Plan the same request again without the evidence items named in ``drop`` (the card's
+        "drop and re-plan"): a revision — a new signed plan naming the one it revises."""
+        intent_body = await asyncio.to_thread(service.replan_body, plan_id, who.user_id)
+        status, out, _ = await propose(intent_body, who.user_id, drop=body.drop)
+        if out.get("plan_id"):
+            await asyncio.to_thread(
+                service.revised, plan_id, out["plan_id"], who.user_id, ["evidence"]
+            )
+            out["revises"] = {"plan_id": plan_id, "changed": ["evidence"]}
+        out["dropped"] = sorted(set(body.drop))
+        return _json_response(out, status=status)
+
+    # ---- memory (ContextRAG SPEC §3) -------------------------------------------------------------
+    @app.get("/v1/memory/prefs", tags=["memory"])
+    def get_prefs(who: Caller) -> dict[str, Any]:
+        """The caller's preferences and consent per purpose."""
+        return service.memory.prefs(who.user_id)
+
+    @app.put("/v1/memory/prefs", tags=["memory"])
+    def put_prefs(body: PrefsUpdate, who: Caller) -> dict[str, Any]:
+        """Set preferences (``null`` removes one) and grant (``true``) or revoke (``false``)
+        consent per purpose; consent changes are audited (purposes only)."""
+        out = service.memory.put_prefs(who.user_id, body.to_json())
+        if body.consent:
+            with service.db.tx() as c:
+                service.audit.append(
+                    c,
+                    {
+                        "kind": "consent_changed",
+                        "status": "ok",
+                        "actor": who.user_id,
+                        "details": {"consent": dict(sorted(body.consent.items()))},
+                    },
+                )
+        return out
+
+    @app.post("/v1/memory/facts", status_code=201, tags=["memory"])
+    def post_facts(body: MemoryWrite, who: Caller) -> dict[str, Any]:
+        """Store facts (T2–T5; T5 derived scalars under a consent purpose) and contacts."""
+        return service.memory.add(who.user_id, body.to_json())
+
+    @app.post("/v1/memory/forget", tags=["memory"])
+    async def forget(body: ForgetRequest, who: Caller) -> dict[str, Any]:
+        """Forget everything about the caller (``{"all": true}``: the account too) or one
+        subject, from every table, the audit log (redacted) and n8n's executions; audited
+        without the forgotten content."""
+        return await service.forget(who.user_id, body.to_json())
+
+    @app.get("/v1/memory/export", tags=["memory"])
+    def export(who: Caller) -> Response:
+        """One JSON document with everything stored about the caller."""
+        return _json_response(service.memory.export(who.user_id))
 
     @app.post("/v1/plans/{plan_id}/preview", tags=["plans"])
     async def preview(plan_id: str, who: Caller) -> dict[str, Any]:
@@ -724,6 +829,14 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
                 "<p>The API: <a href='/docs'>/docs</a>.</p>"
             )
         return _page(_CHAT, who=who, temporal_ui=cfg.temporal_ui)
+
+    @app.get("/memory", include_in_schema=False)
+    def memory_page(request: Request) -> Response:
+        """The preferences and consent page."""
+        who = signed_in(request)
+        if who is None:
+            return _page("<p>Not signed in.</p>", status=401)
+        return _page(_MEMORY, who=who, memory=True)
 
     @app.get("/plans/{plan_id}", include_in_schema=False)
     def card_page(plan_id: str, request: Request) -> Response:

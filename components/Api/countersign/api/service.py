@@ -6,7 +6,9 @@ user's plan is indistinguishable from a missing one (``PlanNotFoundError``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,6 +21,7 @@ from ulid import ULID
 
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
+from countersign.contextrag import MemoryStore
 from countersign.durable import (
     ApproveGate,
     PlanExecutionWorkflow,
@@ -29,6 +32,7 @@ from countersign.durable import (
 from countersign.execute import ExecuteReport, Executor
 from countersign.intake import Contact, Intake, IntentProposer, Understanding
 from countersign.kernel import (
+    Evidence,
     InputError,
     Intent,
     Needs,
@@ -37,6 +41,7 @@ from countersign.kernel import (
     format_utc,
     parse_contract,
 )
+from countersign.n8n import N8nClient
 from countersign.planner import make_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
@@ -93,6 +98,8 @@ class PlanService:
     proposer: IntentProposer | None = None
     #: the Temporal client durable plans run on (``use_temporal``)
     temporal: Client | None = None
+    #: the context budget of intents read from chat (T1–T5; T5 still needs recorded consent)
+    chat_context_budget: int = 5
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(clock=self.clock)
@@ -101,6 +108,7 @@ class PlanService:
         self.approvals = Approvals(self.db, clock=self.clock, audit=self.audit)
         self.events = EventLog(self.db, self.reads)
         self.conversations = ConversationStore(self.db, clock=self.clock)
+        self.memory = MemoryStore(self.db, clock=self.clock)
         self.intake = Intake(self.registry)
         self.executor = Executor(
             keys=self.keyring,
@@ -191,13 +199,27 @@ class PlanService:
 
     def plan(self, intent: Intent, user_id: str) -> dict[str, Any] | Needs:
         """Plan, sign, verify and store (with its ``plan_signed`` event); or what is missing."""
-        out = make_plan(intent, [], self.registry, self.policy)
+        return self.plan_with_evidence(intent, user_id)[0]
+
+    def evidence(self, intent: Intent, *, exclude: Sequence[str] = ()) -> list[Evidence]:
+        """ContextRAG's evidence for this intent (its ``context_budget``, the caller's memory
+        and consent; ``exclude``: source refs the person dropped)."""
+        spec = self.registry.intents.get(intent.intent)
+        relevant = {e.name for e in (*spec.required, *spec.optional)} if spec else set()
+        return self.memory.evidence(intent, exclude=exclude, relevant=relevant)
+
+    def plan_with_evidence(
+        self, intent: Intent, user_id: str, *, exclude: Sequence[str] = ()
+    ) -> tuple[dict[str, Any] | Needs, list[Evidence]]:
+        """As :meth:`plan`, with the evidence the plan was made from (its hash is signed)."""
+        evidence = self.evidence(intent, exclude=exclude)
+        out = make_plan(intent, evidence, self.registry, self.policy)
         if isinstance(out, Needs):
-            return out
+            return out, evidence
         pid, key = self.keyring.active()
         signed = sign_plan(out, key=key, pubkey_id=pid, signer=self.signer_name)
         self.recorder.remember(verify_signed_plan(signed, keys=self.keyring), actor=user_id)
-        return signed.to_json()
+        return signed.to_json(), evidence
 
     # ---- reading -------------------------------------------------------------------------------
     def _row(self, plan_id: str, user_id: str) -> dict[str, Any]:
@@ -437,6 +459,39 @@ class PlanService:
             "entities": {k: v for k, v in entities.items() if v is not None},
             "tz": plan.intent.tz,
         }
+
+    def replan_body(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        """The intent body that plans the caller's plan again (same request, fresh evidence)."""
+        plan = verify_signed_plan(self.document(plan_id, user_id), keys=self.keyring).plan
+        return {
+            "intent": plan.intent.intent,
+            "entities": dict(plan.intent.entities),
+            "constraints": dict(plan.intent.constraints),
+            "tz": plan.intent.tz,
+            "context_budget": plan.intent.context_budget,
+        }
+
+    async def forget(self, user_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Forget the caller's data or one subject (ContextRAG SPEC §4): every table, the audit
+        rows redacted, then the n8n executions whose data holds it."""
+        out = await asyncio.to_thread(self.memory.forget, user_id, body, audit=self.audit)
+        needles = [n.lower() for n in out.pop("needles")]
+        out["n8n_executions_deleted"] = await self._erase_executions(needles)
+        return out
+
+    async def _erase_executions(self, needles: Sequence[str]) -> int | None:
+        client = getattr(self.transport, "client", None)
+        if not isinstance(client, N8nClient) or not needles:
+            return None  # no n8n runtime configured: nothing ran there
+        doomed: list[str] = []
+        async for page in client.execution_pages(include_data=True):
+            for ex in page:
+                blob = json.dumps(ex, default=str).lower()
+                if any(n in blob for n in needles):
+                    doomed.append(str(ex["id"]))
+        for eid in doomed:
+            await client.delete_execution(eid)
+        return len(doomed)
 
     def revised(self, parent: str, child: str, user_id: str, changed: Sequence[str]) -> None:
         """Record that ``child`` revises ``parent`` (audited on both plans' event streams)."""

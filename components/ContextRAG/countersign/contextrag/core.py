@@ -10,6 +10,7 @@ list's canonical JSON stays within ``max_bytes`` (2 KB).
 from __future__ import annotations
 
 import heapq
+import json
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -42,6 +43,9 @@ PREF_ALIASES: dict[str, str] = {
     "default_quantity": "quantity",
     "receipt_email": "notify_to",
 }
+#: the smallest an evidence item's JSON can be, and how many items that do not fit are tried
+_SMALLEST = 80
+_MAX_MISSES = 16
 #: at most this many candidates are ranked closely (the 2 KB cap holds ~20 items at most)
 _POOL = 64
 
@@ -64,15 +68,16 @@ def history_items(rows: Sequence[Mapping[str, Any]], intent: str) -> list[Memory
     patterns — a value this intent took in most past successful runs becomes a ``preference``
     with confidence = its share, discounted while there are fewer than five runs."""
     out: list[MemoryItem] = []
-    seen: dict[str, Counter[bytes]] = defaultdict(Counter)
-    values: dict[bytes, JsonValue] = {}
+    seen: dict[str, Counter[str]] = defaultdict(Counter)
+    values: dict[str, JsonValue] = {}
     newest: dict[str, datetime] = {}
     for r in rows:
         if r["intent"] != intent:
             continue
         key, at = str(r["key"]), r["created_at"]
         if r["status"] in ("created", "updated", "ok", "succeeded", "completed"):
-            b = canonical_bytes(r["value"])
+            # an equality key for counting (cheaper than canonical bytes; same value, same key)
+            b = json.dumps(r["value"], sort_keys=True, separators=(",", ":"))
             seen[key][b] += 1
             values[b] = r["value"]
             newest.setdefault(key, at)
@@ -151,6 +156,7 @@ def select_evidence(
     out: list[Evidence] = []
     taken: set[tuple[str, str]] = set()
     size = 2  # "[" and "]"
+    misses = 0
     for _, _, _, it in best:
         if (it.type, it.key) in taken:
             continue
@@ -168,6 +174,9 @@ def select_evidence(
             continue  # a stored value the contract refuses is never evidence
         extra = n + (1 if out else 0)
         if size + extra > max_bytes:
+            misses += 1
+            if misses >= _MAX_MISSES or max_bytes - size < _SMALLEST:
+                break  # nothing much smaller is coming: stop measuring (each costs ~0.1 ms)
             continue
         size += extra
         taken.add((it.type, it.key))

@@ -352,11 +352,14 @@ class MemoryStore:
         if tiers:
             facts = c.execute(
                 text(
-                    "SELECT * FROM (SELECT f.*, row_number() OVER (PARTITION BY tier ORDER BY "
-                    "confidence DESC, created_at DESC) AS rk FROM memory_facts f "
-                    "WHERE user_id = :u AND tier = ANY(:tiers) "
-                    "AND (ttl_days IS NULL OR created_at + make_interval(days => ttl_days) > :now) "
-                    "AND (tier <> 'T5' OR purpose = ANY(:granted))) x WHERE rk <= :n"
+                    # per tier, the most confident live facts, read off the index
+                    # (user_id, tier, confidence DESC, created_at DESC)
+                    "SELECT f.* FROM unnest(CAST(:tiers AS text[])) AS w(tier) "
+                    "CROSS JOIN LATERAL (SELECT * FROM memory_facts f "
+                    "WHERE f.user_id = :u AND f.tier = w.tier AND (f.ttl_days IS NULL OR "
+                    "f.created_at + make_interval(days => f.ttl_days) > :now) "
+                    "AND (f.tier <> 'T5' OR f.purpose = ANY(:granted)) "
+                    "ORDER BY f.confidence DESC, f.created_at DESC LIMIT :n) f"
                 ),
                 {"u": u, "tiers": tiers, "now": now, "granted": sorted(consents), "n": _PER_TIER},
             )
@@ -458,8 +461,8 @@ class MemoryStore:
                 p = list(
                     c.execute(
                         text(
-                            "SELECT plan_id FROM plans t WHERE user_id = :u AND "
-                            "strpos(lower(t::text), lower(:s)) > 0"
+                            "SELECT plan_id FROM plans t WHERE user_id = :u AND strpos(lower("
+                            "convert_from(canonical, 'UTF8') || t::text), lower(:s)) > 0"
                         ),
                         {"u": user_id, "s": subject},
                     ).scalars()

@@ -85,12 +85,8 @@ function card(doc, preview, changes) {
     }
     box.append(ul);
   }
-  const evidence = plan.evidence || [];
-  if (evidence.length) {
-    box.append(el("h3", {}, "Evidence used"));
-    box.append(el("ul", {}, ...evidence.map((e) =>
-      el("li", {}, `${e.type} · ${e.key}: ${shown(e.value)} (confidence ${e.confidence}, from ${e.source_ref})`))));
-  }
+  const evidence = doc.evidence || [];
+  if (evidence.length) box.append(evidenceList(doc, evidence));
   const reads = (preview && preview.normalized && preview.normalized.steps) || {};
   if (Object.keys(reads).length) {
     box.append(el("h3", {}, "What was read"));
@@ -378,6 +374,35 @@ function follow(planId) {
   for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off", "gate_waiting", "watcher_polled"]) {
     src.addEventListener(kind, mark);
   }
+}
+
+function evidenceList(doc, evidence) {
+  // what ContextRAG gave the planner (its hash is signed in the plan): tick items and re-plan
+  // without them (POST /v1/plans/{id}/replan — a revision; the earlier plan stays as it was)
+  const planId = doc.plan.plan_id;
+  const box = el("fieldset", { class: "evidence", "aria-label": "evidence used" },
+    el("legend", {}, "Evidence used (from your preferences, history and consent)"));
+  const boxes = evidence.map((e, i) => {
+    const id = `ev-${planId}-${i}`;
+    const tick = el("input", { type: "checkbox", id, value: e.source_ref });
+    box.append(el("div", {}, tick, " ", el("label", { for: id },
+      `${e.type} · ${e.key}: ${shown(e.value)} (confidence ${e.confidence}, from ${e.source_ref})`)));
+    return tick;
+  });
+  const go = el("button", { type: "button", class: "replan", onclick: async () => {
+    const drop = boxes.filter((b) => b.checked).map((b) => b.value);
+    if (!drop.length) { note(planId, "tick the evidence to leave out first"); return; }
+    go.disabled = true;
+    try {
+      const reply = await api("POST", `/v1/plans/${planId}/replan`, { drop });
+      if (reply.plan) say("assistant", `Planned again without ${drop.join(", ")}. Nothing is written until you approve.`, card(reply, reply.preview));
+      else if (reply.needs) say("assistant", `Without that: ${reply.needs.map((n) => n.question).join(" ")}`);
+    } catch (e) { note(planId, `re-plan refused: ${e.message}`); }
+    go.disabled = false;
+    loadPlans();
+  } }, "Drop selected and re-plan");
+  box.append(el("p", {}, go));
+  return box;
 }
 
 function zone() {

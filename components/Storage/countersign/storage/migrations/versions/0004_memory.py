@@ -51,7 +51,8 @@ def upgrade() -> None:
           ttl_days integer CHECK (ttl_days IS NULL OR ttl_days > 0),
           created_at timestamptz NOT NULL
         );
-        CREATE INDEX memory_facts_user ON memory_facts (user_id, tier, created_at DESC);
+        CREATE INDEX memory_facts_user
+          ON memory_facts (user_id, tier, confidence DESC, created_at DESC);
         CREATE TABLE contacts (
           contact_id varchar(26) PRIMARY KEY,
           user_id varchar(128) NOT NULL,

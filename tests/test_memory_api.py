@@ -1,0 +1,235 @@
+"""Memory over the real stack (issue 15.1-2): preferences and consent fill the plan through
+ContextRAG evidence (hashed into the signed plan, listed on the answer, droppable by re-planning),
+T5 only with consent, export holds everything stored, and forget — one subject, then everything —
+leaves no row about the person in any table (information_schema walked, every column), deletes
+n8n's executions that held it, and keeps the audit chain verifying."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from countersign.api.testing import ALICE, BOB, ApiHarness
+from countersign.audit import AuditLog
+from countersign.contextrag import record_history
+from countersign.kernel import canonical_bytes, content_hash
+from countersign.n8n import N8nClient, N8nHandle
+from countersign.storage import Database
+
+pytestmark = pytest.mark.slow
+
+
+def _meeting(participants: list[str], **entities: Any) -> dict[str, Any]:
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    return {
+        "intent": {
+            "intent": "schedule_meeting",
+            "context_budget": 5,
+            "entities": {
+                "participants": participants,
+                "title": "Sync",
+                "window_start": (day + timedelta(hours=13)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "window_end": (day + timedelta(hours=18)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                **entities,
+            },
+        }
+    }
+
+
+def _columns(db: Database) -> list[tuple[str, str, str]]:
+    with db.tx() as c:
+        return [
+            (r.table_name, r.column_name, r.data_type)
+            for r in c.execute(
+                text(
+                    "SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c "
+                    "JOIN information_schema.tables t USING (table_schema, table_name) "
+                    "WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE' "
+                    "AND c.table_name <> 'alembic_version' ORDER BY 1, 2"
+                )
+            )
+        ]
+
+
+def _holding(db: Database, needle: str, *, exact: bool) -> dict[str, int]:
+    """``table.column`` → rows whose column equals (or, not exact, contains) ``needle``."""
+    out: dict[str, int] = {}
+    with db.tx() as c:
+        for table, column, kind in _columns(db):
+            # bytea (the plan's canonical bytes) is read as the UTF-8 text it holds
+            value = (
+                f"convert_from(\"{column}\", 'UTF8')"
+                if kind == "bytea"
+                else f'CAST("{column}" AS text)'
+            )
+            cond = f"{value} = :n" if exact else f"strpos(lower({value}), lower(:n)) > 0"
+            n = c.execute(
+                text(f'SELECT count(*) FROM "{table}" WHERE {cond}'),
+                {"n": needle},
+            ).scalar_one()
+            if n:
+                out[f"{table}.{column}"] = n
+    return out
+
+
+def _executions_holding(n8n: N8nHandle, needles: list[str]) -> int:
+    async def scan() -> int:
+        found = 0
+        async with N8nClient(n8n.base_url, n8n.api_key) as client:
+            async for page in client.execution_pages(include_data=True):
+                for ex in page:
+                    blob = json.dumps(ex).lower()
+                    found += any(n.lower() in blob for n in needles)
+        return found
+
+    return asyncio.run(scan())
+
+
+def test_memory_fills_the_plan_drop_replans_export_and_forget(
+    api: ApiHarness, n8n: N8nHandle
+) -> None:
+    with api.client() as alice, api.client(BOB) as bob:
+        # bad bodies are named
+        r = alice.put("/v1/memory/prefs", json={"prefs": {"Bad Key": 1}})
+        assert r.status_code == 422 and "Bad Key" in r.text, r.text
+        r = alice.post("/v1/memory/facts", json={"facts": [{"tier": "T5", "key": "x", "value": 1}]})
+        assert r.status_code == 422 and "purpose" in r.text, r.text
+        assert alice.post("/v1/memory/forget", json={}).status_code == 422
+
+        r = alice.put(
+            "/v1/memory/prefs",
+            json={"prefs": {"default_meeting_length": 45, "video_link": "https://meet.example/a"}},
+        )
+        assert r.status_code == 200 and r.json()["prefs"]["default_meeting_length"] == 45
+        r = alice.post(
+            "/v1/memory/facts",
+            json={
+                "facts": [
+                    {
+                        "tier": "T5",
+                        "key": "focus_time",
+                        "value": "mornings",
+                        "purpose": "calendar_insights",
+                        "confidence": 0.9,
+                    },
+                    {"tier": "T3", "key": "team", "value": "carol's team", "subject": "Carol"},
+                ],
+                "contacts": [{"name": "Carol", "email": "carol@example.com"}],
+            },
+        )
+        assert r.status_code == 201, r.text
+        bob.put("/v1/memory/prefs", json={"prefs": {"default_meeting_length": 20}})
+
+        # the preference fills the missing duration; T5 is left out without consent
+        r = alice.post("/v1/intents", json=_meeting([ALICE]))
+        assert r.status_code == 201, r.text
+        body = r.json()
+        keys = {e["key"]: e for e in body["evidence"]}
+        assert keys["duration_min"]["value"] == 45 and "focus_time" not in keys
+        overlap = next(s for s in body["plan"]["graph"] if s["call"] == "find_overlap")
+        assert overlap["args"]["duration_min"] == 45
+        ev_sorted = sorted(body["evidence"], key=canonical_bytes)
+        assert body["plan"]["meta"]["evidence_hash"] == content_hash(ev_sorted)
+        first = body["plan_id"]
+
+        # consent recorded: T5 evidence appears (and consent changes are audited)
+        alice.put("/v1/memory/prefs", json={"consent": {"calendar_insights": True}})
+        r = alice.post("/v1/intents", json=_meeting([ALICE, "carol@example.com"]))
+        assert r.status_code == 201, r.text
+        assert "focus_time" in {e["key"] for e in r.json()["evidence"]}
+        carol_plan = r.json()["plan_id"]
+
+        # drop the preference and re-plan: a revision that has to ask for the duration
+        r = alice.post(f"/v1/plans/{first}/replan", json={"drop": ["pref:default_meeting_length"]})
+        assert r.status_code == 200, r.text
+        assert [n["entity"] for n in r.json()["needs"]] == ["duration_min"]
+        assert alice.post(f"/v1/plans/{first}/replan", json={"drop": []}).status_code == 422
+        assert bob.post(f"/v1/plans/{first}/replan", json={"drop": ["x"]}).status_code == 404
+        # dropping the video link re-plans with a different evidence hash, revising the first
+        r = alice.post(f"/v1/plans/{first}/replan", json={"drop": ["pref:video_link"]})
+        assert r.status_code == 201, r.text
+        assert r.json()["revises"] == {"plan_id": first, "changed": ["evidence"]}
+        assert r.json()["plan"]["meta"]["evidence_hash"] != body["plan"]["meta"]["evidence_hash"]
+
+        # execute one plan so tokens, decisions, idempotency keys exist too
+        slot = body["preview"]["normalized"]["steps"]["2"]["slots"][0]
+        end = datetime.fromisoformat(slot["start"].replace("Z", "+00:00")) + timedelta(minutes=45)
+        tok = alice.post(
+            f"/v1/plans/{first}/gates/gate-A/approve",
+            json={
+                "choice": {"start": slot["start"], "end": end.isoformat().replace("+00:00", "Z")}
+            },
+        ).json()["token"]
+        done = alice.post(f"/v1/plans/{first}/execute", json={"tokens": {"gate-A": tok}})
+        assert done.status_code == 202, done.text
+        record_history(
+            api.db.engine,
+            user_id=ALICE,
+            plan_id=first,
+            step=3,
+            intent="schedule_meeting",
+            key="duration_min",
+            value=45,
+            status="created",
+            at=datetime.now(UTC),
+        )
+        with api.db.tx() as c:
+            c.execute(
+                text(
+                    "INSERT INTO plan_library (plan_id, user_id, intent, text, created_at) "
+                    "VALUES (:p, :u, 'schedule_meeting', 'sync with alice', now()) "
+                    "ON CONFLICT DO NOTHING"  # PlanWriter may have indexed it already
+                ),
+                {"p": first, "u": ALICE},
+            )
+        bob_plan = bob.post("/v1/intents", json=_meeting([BOB])).json()["plan_id"]
+
+        # export holds every row that names alice, in every table
+        export = alice.get("/v1/memory/export").json()
+        before = _holding(api.db, ALICE, exact=True)
+        assert before, "the set-up stored nothing?"
+        for where, n in before.items():
+            table = where.split(".")[0]
+            if table == "audit_log":
+                continue  # audit rows are exported by actor or plan: checked below
+            assert len(export["tables"][table]) >= n, where
+        assert {first, carol_plan} <= {p["plan_id"] for p in export["tables"]["plans"]}
+        assert export["tables"]["profile_prefs"] and export["tables"]["history_facts"]
+        assert export["tables"]["plan_library"] and export["tables"]["approval_tokens"]
+        assert "key_hash" not in json.dumps(export["tables"]["api_users"])
+        assert _executions_holding(n8n, [carol_plan]) > 0  # the preview ran on n8n
+
+        # forget one subject: no column anywhere mentions it, n8n's executions neither
+        r = alice.post("/v1/memory/forget", json={"subject": "carol"})
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert out["deleted"]["plans"] == 1 and out["deleted"]["contacts"] == 1, out
+        assert "carol" not in json.dumps(out).lower()
+        assert _holding(api.db, "carol", exact=False) == {}
+        assert _executions_holding(n8n, ["carol", carol_plan]) == 0
+        assert alice.get(f"/v1/plans/{first}").status_code == 200  # the rest stays
+
+        # forget everything: no column equals alice's id; bob keeps his; the chain verifies
+        plans = [p["plan_id"] for p in export["tables"]["plans"]]
+        r = alice.post("/v1/memory/forget", json={"all": True})
+        assert r.status_code == 200, r.text
+        assert ALICE not in json.dumps(r.json())
+        assert _holding(api.db, ALICE, exact=True) == {}
+        for pid in plans:
+            assert set(_holding(api.db, pid, exact=True)) <= {"audit_log.plan_id"}, pid
+        assert _executions_holding(n8n, [ALICE, *plans]) == 0
+        assert alice.get("/v1/memory/prefs").status_code == 401  # the account is gone too
+        assert bob.get(f"/v1/plans/{bob_plan}").status_code == 200
+        assert bob.get("/v1/memory/prefs").json()["prefs"] == {"default_meeting_length": 20}
+        with api.db.tx() as c:
+            assert AuditLog(clock=lambda: datetime.now(UTC)).verify(c).ok
+            forgotten = c.execute(
+                text("SELECT actor, details FROM audit_log WHERE kind = 'memory_forgotten'")
+            ).all()
+        assert [f.actor for f in forgotten] == ["system:memory", "system:memory"]
+        assert "carol" not in str(forgotten).lower() and ALICE not in str(forgotten)
