@@ -124,6 +124,9 @@ _FLOORS["steps"] = {
 }
 for _orchestrator in ("preview", "execute", "durable"):
     _FLOORS[_orchestrator] = _FLOORS["steps"] | {"steps"}
+#: the orchestrators that end executions hand their outcomes to PlanWriter (issue 15.5)
+for _orchestrator in ("execute", "durable"):
+    _FLOORS[_orchestrator] |= {"planwriter", "planlibrary", "contextrag"}
 _FLOORS["intake"] = {"kernel", "registry"}
 _FLOORS["planlibrary"] = {"kernel", "storage"}
 _FLOORS["planwriter"] = {"kernel", "storage", "planlibrary", "contextrag"}
@@ -137,6 +140,8 @@ _FLOORS["api"] = _FLOORS["steps"] | {
     "intake",
     "sandbox",
     "contextrag",
+    "planlibrary",
+    "planwriter",
 }
 _FLOORS["cli"] = set(_FLOORS) - {"cli"}
 #: test seams (pytest plugins) may also use the test peers of the floors below them

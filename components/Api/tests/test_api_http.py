@@ -185,6 +185,16 @@ def test_meeting_over_http_preview_approve_execute_once(api: Api) -> None:
             8: "succeeded",
         }
         assert shown["gates"][0]["status"] == "approved"
+        # PlanWriter recorded the finished plan: library counts and history, once (issue 15.5)
+        entry = api.service.executor.plan_writer.library.get(plan_id)  # type: ignore[union-attr]
+        # the gate's step and the four writes are done; the reads stay 'previewed'
+        assert entry is not None and entry.success_count == 5
+        assert entry.failure_count == 0 and entry.last_used_at is not None
+        # the next meeting request finds it as an exemplar
+        lib = api.service.executor.plan_writer.library  # type: ignore[union-attr]
+        assert [r.entry.plan_id for r in lib.retrieve(ALICE, "meeting with alice and bob")] == [
+            plan_id
+        ]
         # the event log says what happened, in order; resumable without loss or repeat
         events = _sse(api.base, api.keys[ALICE], plan_id)
         assert [e["id"] for e in events] == list(range(1, len(events) + 1))

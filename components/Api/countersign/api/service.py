@@ -43,6 +43,7 @@ from countersign.kernel import (
 )
 from countersign.n8n import N8nClient
 from countersign.planner import make_plan
+from countersign.planwriter import PlanWriter
 from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.sandbox import DEMO_PEOPLE
@@ -119,6 +120,7 @@ class PlanService:
             credentials=self.credentials,
             clock=self.clock,
             durable=self.durable,
+            plan_writer=PlanWriter.for_database(self.db, clock=self.clock),
         )
 
     def use_transport(self, transport: StepTransport | None) -> None:

@@ -31,6 +31,7 @@ from countersign.kernel import (
     content_hash,
     system_clock,
 )
+from countersign.planwriter import PlanWriter
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
 from countersign.steps import (
@@ -78,8 +79,11 @@ class DurableActivities:
         registry: Registry,
         settings: Mapping[str, str],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        plan_writer: PlanWriter | None = None,
     ) -> None:
         self.db = db
+        #: writes a finished plan's outcomes to History and the PlanLibrary (issue 15.5)
+        self.plan_writer = plan_writer
         self.clock = clock
         self.keys = keys
         self.registry = registry
@@ -440,6 +444,8 @@ class DurableActivities:
             plan_id=plan.plan_id,
             details={"workflow_id": call.workflow_id[:80], "plan_status": status},
         )
+        if self.plan_writer is not None:
+            self.plan_writer.record(plan.plan_id, audit=self._audit)
         return status
 
     def _step_status(self, plan: Plan, step: int, status: str, output: Any = None) -> None:

@@ -9,6 +9,7 @@ import typer
 from temporalio.service import RPCError
 
 from countersign.kernel import Settings
+from countersign.planwriter import PlanWriter
 from countersign.registry import load_registry
 from countersign.signer import open_keyring
 from countersign.storage import Database
@@ -72,6 +73,7 @@ def worker_cmd() -> None:
         keys=open_keyring(settings, now=datetime.now(UTC)),
         registry=load_registry(settings.registry_dir),
         settings=settings.connector_settings,
+        plan_writer=PlanWriter.for_database(db, clock=lambda: datetime.now(UTC)),
     )
 
     async def run() -> None:

@@ -30,6 +30,7 @@ from countersign.kernel import (
     PlanStep,
     content_hash,
 )
+from countersign.planwriter import PlanWriter
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan
 from countersign.steps import (
@@ -98,6 +99,8 @@ class Executor:
     #: hands a plan's durable steps to Temporal (``countersign.durable.durable_starter``); returns
     #: the workflow id. Without it, plans with durable writes are refused.
     durable: Callable[[dict[str, Any], str], Awaitable[str]] | None = None
+    #: writes a finished plan's outcomes to History and the PlanLibrary (issue 15.5)
+    plan_writer: PlanWriter | None = None
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(clock=self.clock)
@@ -153,6 +156,8 @@ class Executor:
                 op=report.waiting_gate,
                 details={"compensated": report.compensated},
             )
+            if self.plan_writer is not None and report.status in ("completed", "failed"):
+                self.plan_writer.record(report.plan_id, audit=self._audit)
         return report
 
     async def _execute(

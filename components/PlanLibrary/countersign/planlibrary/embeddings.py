@@ -19,6 +19,7 @@ and refuses a longer one, naming both lengths. Choice and recall figures: LLD.md
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ import numpy as np
 
 from .errors import EmbeddingError, EmbeddingUnavailableError
 
-__all__ = ["Embedder", "LiteLLMEmbedder", "WordLlamaEmbedder", "fit_dim"]
+__all__ = ["Embedder", "LiteLLMEmbedder", "WordLlamaEmbedder", "default_embedder", "fit_dim"]
 
 #: the longest text we embed (characters); longer text is cut, never sent whole
 MAX_TEXT = 4000
@@ -137,6 +138,12 @@ class WordLlamaEmbedder:
         if not items:
             return []
         return _unit(self._load().embed(items, norm=True))
+
+
+@functools.cache
+def default_embedder() -> WordLlamaEmbedder:
+    """The process's one offline embedder (loaded on first use, then shared)."""
+    return WordLlamaEmbedder()
 
 
 class LiteLLMEmbedder:

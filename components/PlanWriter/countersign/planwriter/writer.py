@@ -25,8 +25,9 @@ from typing import Any, Protocol
 from pydantic import JsonValue
 from sqlalchemy import Connection, Engine, text
 
-from countersign.kernel import Plan, parse_contract
-from countersign.planlibrary import LibraryEntry, PlanLibrary, plan_text
+from countersign.contextrag.store import record_history
+from countersign.kernel import CountersignError, Plan, parse_contract
+from countersign.planlibrary import Embedder, LibraryEntry, PlanLibrary, default_embedder, plan_text
 from countersign.storage import Database, PlanStore, StorageInputError, stored_document
 
 __all__ = ["HistoryRecorder", "PlanWriter", "WriteReport", "normalized_facts"]
@@ -108,6 +109,31 @@ class PlanWriter:
 
     def __post_init__(self) -> None:
         self._plans = PlanStore(self.db, clock=self.clock)
+
+    @classmethod
+    def for_database(
+        cls, db: Database, *, clock: Callable[[], datetime], embedder: Embedder | None = None
+    ) -> PlanWriter:
+        """The writer the composition roots use: ContextRAG's ``record_history`` and the
+        process's shared offline embedder unless one is given."""
+        library = PlanLibrary(db, embedder=embedder or default_embedder(), clock=clock)
+        return cls(db=db, library=library, history=record_history, clock=clock)
+
+    def record(self, plan_id: str, *, audit: Callable[..., None]) -> WriteReport | None:
+        """``plan_finished`` for an orchestrator's call site: a failure never fails the execution
+        it records; it is audited (``plan_writer_failed``, the error's code) and the next call
+        for the plan (a replay) writes what is missing."""
+        try:
+            return self.plan_finished(plan_id)
+        except CountersignError as e:
+            audit(
+                kind="plan_writer_failed",
+                status="error",
+                actor="plan_writer",
+                plan_id=plan_id,
+                reason=e.code,
+            )
+            return None
 
     def plan_finished(self, plan_id: str) -> WriteReport:
         """Record the plan's final step outcomes; idempotent (a replay changes nothing).
