@@ -233,3 +233,22 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
             ).all()
         assert [f.actor for f in forgotten] == ["system:memory", "system:memory"]
         assert "carol" not in str(forgotten).lower() and ALICE not in str(forgotten)
+
+
+def test_chat_does_not_ask_what_preferences_fill(api: ApiHarness) -> None:
+    with api.client() as alice:
+        text_ = "schedule a meeting with Alice and Bob tomorrow afternoon"
+        asked = alice.post("/v1/intents", json={"text": text_}).json()
+        assert {n["entity"] for n in asked["needs"]} == {"duration_min", "title"}
+        alice.put("/v1/memory/prefs", json={"prefs": {"default_meeting_length": 45}})
+        first = alice.post("/v1/intents", json={"text": text_}).json()
+        assert [n["entity"] for n in first["needs"]] == ["title"]
+        r = alice.post(
+            "/v1/intents", json={"text": "called Sync", "conversation_id": first["conversation_id"]}
+        )
+        assert r.status_code == 201, r.text
+        plan = r.json()
+        overlap = next(s for s in plan["plan"]["graph"] if s["call"] == "find_overlap")
+        assert overlap["args"]["duration_min"] == 45
+        assert "duration_min" not in plan["plan"]["intent"]["entities"]  # filled, not said
+        assert [e["source_ref"] for e in plan["evidence"]] == ["pref:default_meeting_length"]

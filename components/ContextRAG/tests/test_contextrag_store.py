@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from countersign.audit import AuditLog
 from countersign.contextrag import MemoryStore, record_history
-from countersign.kernel import ContractError, InputError, Intent
+from countersign.kernel import ContractError, Evidence, InputError, Intent
 from countersign.storage import Database
 
 NOW = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
@@ -186,3 +186,29 @@ def test_forget_redacts_the_audit_chain_which_still_verifies(db: Database) -> No
         m.forget("alice", {"all": True, "subject": "carol"}, audit=audit)
     with pytest.raises(ContractError):
         m.forget("alice", {"subject": "ab"}, audit=audit)
+
+
+class _Library:
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def exemplars(self, intent: Intent, *, limit: int) -> list[Evidence]:
+        self.asked.append(limit)
+        return [
+            Evidence(
+                type="exemplar",
+                key="schedule_meeting",
+                value={"plan_id": PID, "why": "x"},
+                confidence=0.7,
+                source_ref=f"plan:{PID}",
+            )
+        ]
+
+
+def test_exemplars_come_from_the_source_from_tier_3(db: Database) -> None:
+    lib = _Library()
+    m = MemoryStore(db, clock=lambda: NOW, exemplars=lib)
+    assert m.evidence(_intent(2)) == [] and lib.asked == []
+    got = m.evidence(_intent(3))
+    assert [(e.type, e.source_ref) for e in got] == [("exemplar", f"plan:{PID}")]
+    assert m.evidence(_intent(3), exclude={f"plan:{PID}"}) == []

@@ -592,14 +592,21 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
             ],
         }
         status = 200
+        needs = list(u.needs)
+        if u.intent is not None and needs:
+            # what the person's preferences fill is not asked for (ContextRAG evidence)
+            filled = await asyncio.to_thread(
+                service.filled_by_memory, u.intent, u.entities, zone, user_id
+            )
+            needs = [n for n in needs if n.entity not in filled]
         if u.intent is None and not u.needs:
             reply["can_do"] = u.can_do
             summary = "I can: " + "; ".join(u.can_do)
-        elif not u.ready:
+        elif needs:
             reply["needs"] = [
-                {"entity": n.entity, "question": n.question, "options": n.options} for n in u.needs
+                {"entity": n.entity, "question": n.question, "options": n.options} for n in needs
             ]
-            summary = " ".join(n.question for n in u.needs)
+            summary = " ".join(n.question for n in needs)
             conv.intent, conv.entities = u.intent, dict(u.entities)
         else:
             status, out, _ = await propose(

@@ -109,7 +109,6 @@ class PlanService:
         self.approvals = Approvals(self.db, clock=self.clock, audit=self.audit)
         self.events = EventLog(self.db, self.reads)
         self.conversations = ConversationStore(self.db, clock=self.clock)
-        self.memory = MemoryStore(self.db, clock=self.clock)
         self.intake = Intake(self.registry)
         self.executor = Executor(
             keys=self.keyring,
@@ -122,6 +121,11 @@ class PlanService:
             durable=self.durable,
             plan_writer=PlanWriter.for_database(self.db, clock=self.clock),
         )
+
+        # ContextRAG's exemplar source: the PlanLibrary that PlanWriter keeps, when the executor
+        # has one (exemplar evidence, PlanLibrary SPEC §4); none → no exemplar items
+        library = getattr(getattr(self.executor, "plan_writer", None), "library", None)
+        self.memory = MemoryStore(self.db, clock=self.clock, exemplars=library)
 
     def use_transport(self, transport: StepTransport | None) -> None:
         """Where steps run from now on (the API opens its n8n client when it starts)."""
@@ -209,6 +213,21 @@ class PlanService:
         spec = self.registry.intents.get(intent.intent)
         relevant = {e.name for e in (*spec.required, *spec.optional)} if spec else set()
         return self.memory.evidence(intent, exclude=exclude, relevant=relevant)
+
+    def filled_by_memory(
+        self, intent: str, entities: Mapping[str, Any], tz: str, user_id: str
+    ) -> set[str]:
+        """The entities chat text left open that the caller's memory fills (a confident
+        preference for each): the readiness dialogue does not ask for them."""
+        body = {
+            "intent": intent,
+            "entities": dict(entities),
+            "tz": tz,
+            "context_budget": self.chat_context_budget,
+        }
+        evidence = self.evidence(self.intent_from(body, user_id))
+        floor = self.policy.min_evidence_confidence
+        return {e.key for e in evidence if e.type == "preference" and e.confidence >= floor}
 
     def plan_with_evidence(
         self, intent: Intent, user_id: str, *, exclude: Sequence[str] = ()
