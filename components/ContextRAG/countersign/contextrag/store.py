@@ -24,11 +24,18 @@ from sqlalchemy import Connection, Engine, text
 from ulid import ULID
 
 from countersign.audit import AuditLog
-from countersign.kernel import Evidence, InputError, Intent, format_utc, parse_contract
+from countersign.kernel import (
+    CountersignError,
+    Evidence,
+    InputError,
+    Intent,
+    format_utc,
+    parse_contract,
+)
 from countersign.storage import Database
 
 from .core import TIER_RANK, history_items, pref_items, select_evidence
-from .models import ContactIn, FactIn, ForgetRequest, MemoryItem, MemoryWrite, PrefsUpdate, Tier
+from .models import ContactIn, FactIn, ForgetRequest, MemoryItem, MemoryWrite, PrefsUpdate
 
 __all__ = [
     "ANONYMIZED",
@@ -45,8 +52,8 @@ FORGET_ACTOR = "system:memory"
 #: the statuses history_facts may hold
 _STATUSES = {"created", "updated", "skipped", "error", "ok", "failed", "cancelled"}
 #: the candidates fetched per tier (the 2 KB cap holds ~20 items; ranking needs a margin)
-_PER_TIER = 64
-_HISTORY_ROWS = 200
+_PER_TIER = 32
+_HISTORY_ROWS = 100
 
 _P = "plan_id = ANY(:p)"
 #: table → the rows that are the person's (``:u`` the user id, ``:p`` their plan ids). A new
@@ -146,6 +153,38 @@ def record_history(
         return engine_or_conn.execute(sql, params).rowcount == 1
     with engine_or_conn.begin() as c:
         return c.execute(sql, params).rowcount == 1
+
+
+#: every tier's candidates in one round trip (``src`` says which part a row is from)
+_CANDIDATES = text(
+    """
+    WITH g AS (SELECT purpose FROM consents WHERE user_id = :u AND granted AND :b5)
+    SELECT 'consent' AS src, to_jsonb(g) AS j FROM g
+    UNION ALL
+    SELECT 'pref', to_jsonb(p) FROM (SELECT key, value, updated_at FROM profile_prefs
+      WHERE user_id = :u ORDER BY updated_at DESC LIMIT :n) p
+    UNION ALL
+    SELECT 'contact', to_jsonb(k) FROM (SELECT contact_id, name, email, relation, created_at
+      FROM contacts WHERE user_id = :u ORDER BY created_at DESC LIMIT :n) k
+    UNION ALL
+    SELECT 'history', to_jsonb(h) FROM (SELECT plan_id, step, intent, key, value, status,
+      created_at FROM history_facts WHERE :b3 AND user_id = :u AND intent = :i
+      ORDER BY created_at DESC LIMIT :hn) h
+    UNION ALL
+    SELECT 'fact', to_jsonb(f) FROM unnest(CAST(:tiers AS text[])) AS w(tier)
+    CROSS JOIN LATERAL (SELECT f.tier, f.type, f.key, f.value, f.confidence, f.source_ref,
+      f.created_at, f.ttl_days, f.purpose FROM memory_facts f
+      WHERE f.user_id = :u AND f.tier = w.tier
+      AND (f.ttl_days IS NULL OR f.created_at + make_interval(days => f.ttl_days) > :now)
+      AND (f.tier <> 'T5' OR f.purpose IN (SELECT purpose FROM g))
+      ORDER BY f.confidence DESC, f.created_at DESC LIMIT :n) f
+    """
+)
+
+
+def _ts(value: Any) -> datetime:
+    """A timestamp as ``to_jsonb`` writes it (ISO 8601 with an offset)."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
 
 def _ranges(seqs: Sequence[int]) -> list[list[int]]:
@@ -294,90 +333,71 @@ class MemoryStore:
         self, c: Connection, intent: Intent, *, conversation: Mapping[str, Any] | None = None
     ) -> tuple[list[MemoryItem], set[str]]:
         """Every tier's candidates the Intent's ``context_budget`` allows, and the granted
-        purposes. Each tier's query is bounded (``_PER_TIER`` rows, newest and most confident
-        first, unexpired, T5 only under a granted purpose), so its cost does not grow with the
-        person's history."""
+        purposes, in one statement (one round trip). Each tier's part is bounded (32 rows,
+        100 history rows; the most confident live facts per tier off the index), expiry and
+        T5 consent are filtered in SQL, so its cost does not grow with the person's history."""
         budget, u, now = intent.context_budget, intent.user_id, intent.received_at
         items: list[MemoryItem] = []
-        consents = self.granted(c, u) if budget >= 5 else set()
         if budget >= 1 and conversation:
             cid = str(conversation.get("conversation_id", ""))
             for k, v in (conversation.get("entities") or {}).items():
                 if k not in intent.entities:
-                    items.append(
-                        MemoryItem("T1", "preference", k, v, 0.9, f"conversation:{cid}:{k}", now)
-                    )
-        if budget >= 2:
-            rows = c.execute(
-                text(
-                    "SELECT key, value, updated_at FROM profile_prefs WHERE user_id = :u LIMIT :n"
-                ),
-                {"u": u, "n": _PER_TIER},
-            ).all()
-            items += pref_items({r.key: (r.value, r.updated_at) for r in rows})
-            for r in c.execute(
-                text(
-                    "SELECT contact_id, name, email, relation, created_at FROM contacts "
-                    "WHERE user_id = :u ORDER BY created_at DESC LIMIT :n"
-                ),
-                {"u": u, "n": _PER_TIER},
-            ):
-                value = {k: v for k, v in (("email", r.email), ("relation", r.relation)) if v}
+                    ref = f"conversation:{cid}:{k}"
+                    items.append(MemoryItem("T1", "preference", k, v, 0.9, ref, now))
+        if budget < 2:
+            return items, set()
+        tiers = [t for t, n in TIER_RANK.items() if 2 <= n <= budget]
+        rows = c.execute(
+            _CANDIDATES,
+            {
+                "u": u,
+                "i": intent.intent,
+                "now": now,
+                "tiers": tiers,
+                "b3": budget >= 3,
+                "b5": budget >= 5,
+                "n": _PER_TIER,
+                "hn": _HISTORY_ROWS,
+            },
+        ).all()
+        consents = {str(r.j["purpose"]) for r in rows if r.src == "consent"}
+        prefs: dict[str, tuple[JsonValue, datetime]] = {}
+        hist: list[dict[str, Any]] = []
+        for r in rows:
+            j = r.j
+            if r.src == "pref":
+                prefs[j["key"]] = (j["value"], _ts(j["updated_at"]))
+            elif r.src == "contact":
+                value = {k: j[k] for k in ("email", "relation") if j.get(k)}
                 items.append(
                     MemoryItem(
                         "T2",
                         "contact",
-                        r.name[:128],
-                        value or r.name,
+                        str(j["name"])[:128],
+                        value or j["name"],
                         0.8,
-                        f"contact:{r.contact_id}",
-                        r.created_at,
+                        f"contact:{j['contact_id']}",
+                        _ts(j["created_at"]),
                     )
                 )
-        if budget >= 3:
-            hist = (
-                c.execute(
-                    text(
-                        "SELECT plan_id, step, intent, key, value, status, created_at "
-                        "FROM history_facts WHERE user_id = :u AND intent = :i "
-                        "ORDER BY created_at DESC LIMIT :n"
-                    ),
-                    {"u": u, "i": intent.intent, "n": _HISTORY_ROWS},
-                )
-                .mappings()
-                .all()
-            )
-            items += history_items([dict(h) for h in hist], intent.intent)
-        tiers = [t for t, n in TIER_RANK.items() if 2 <= n <= budget]
-        if tiers:
-            facts = c.execute(
-                text(
-                    # per tier, the most confident live facts, read off the index
-                    # (user_id, tier, confidence DESC, created_at DESC)
-                    "SELECT f.* FROM unnest(CAST(:tiers AS text[])) AS w(tier) "
-                    "CROSS JOIN LATERAL (SELECT * FROM memory_facts f "
-                    "WHERE f.user_id = :u AND f.tier = w.tier AND (f.ttl_days IS NULL OR "
-                    "f.created_at + make_interval(days => f.ttl_days) > :now) "
-                    "AND (f.tier <> 'T5' OR f.purpose = ANY(:granted)) "
-                    "ORDER BY f.confidence DESC, f.created_at DESC LIMIT :n) f"
-                ),
-                {"u": u, "tiers": tiers, "now": now, "granted": sorted(consents), "n": _PER_TIER},
-            )
-            for r in facts:
-                tier: Tier = r.tier
+            elif r.src == "history":
+                hist.append({**j, "created_at": _ts(j["created_at"])})
+            elif r.src == "fact":
                 items.append(
                     MemoryItem(
-                        tier,
-                        r.type,
-                        r.key,
-                        r.value,
-                        r.confidence,
-                        r.source_ref,
-                        r.created_at,
-                        r.ttl_days,
-                        r.purpose,
+                        j["tier"],
+                        j["type"],
+                        j["key"],
+                        j["value"],
+                        float(j["confidence"]),
+                        j["source_ref"],
+                        _ts(j["created_at"]),
+                        j["ttl_days"],
+                        j["purpose"],
                     )
                 )
+        items += pref_items(prefs)
+        items += history_items(hist, intent.intent)
         return items, consents
 
     def evidence(
@@ -392,7 +412,13 @@ class MemoryStore:
         with self.db.tx() as c:
             items, consents = self.candidates(c, intent, conversation=conversation)
         if self.exemplars is not None and intent.context_budget >= 3:
-            for ev in self.exemplars.exemplars(intent, limit=5):
+            try:
+                found = self.exemplars.exemplars(intent, limit=5)
+            except CountersignError:
+                # retrieval is advice: a library that cannot answer (embedder down) leaves the
+                # plan to the other tiers instead of refusing to plan
+                found = []
+            for ev in found:
                 items.append(
                     MemoryItem(
                         "T3",
