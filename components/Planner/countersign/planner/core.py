@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, time
 from typing import Any, Final
+from zoneinfo import ZoneInfo
 
 from pydantic import JsonValue
 
@@ -41,6 +42,7 @@ from countersign.kernel import (
     canonical_bytes,
     content_hash,
     derived_ulid,
+    format_utc,
     sha256_hex,
 )
 from countersign.registry import EntitySpec, IntentSpec, Operation, Registry, StepTemplate
@@ -196,7 +198,36 @@ def _resolve_entities(
             value = _policy_value(e.default, policy, where=f"{spec.name}.{e.name}.default")
         if value is not None:
             out[e.name] = _check_type(spec.name, e, value)
-    return out, needs
+    return _within_work_hours(out, prefs.get("work_hours"), intent.tz), needs
+
+
+def _within_work_hours(
+    entities: dict[str, JsonValue], hours: JsonValue, tz: str
+) -> dict[str, JsonValue]:
+    """A ``work_hours`` preference (``{"start": "09:00", "end": "17:00"}`` in the intent's zone)
+    moves a ``window_start`` before the day's start to it and a ``window_end`` after the last
+    day's end back to it (Planner SPEC §3). A malformed preference, or one that would leave no
+    window, changes nothing; nights inside a multi-day window are not cut out."""
+    start, end = entities.get("window_start"), entities.get("window_end")
+    if not (isinstance(hours, Mapping) and isinstance(start, str) and isinstance(end, str)):
+        return entities
+    try:
+        zone = ZoneInfo(tz)
+        h0, h1 = time.fromisoformat(str(hours["start"])), time.fromisoformat(str(hours["end"]))
+        s = datetime.fromisoformat(start.replace("Z", "+00:00")).astimezone(zone)
+        e = datetime.fromisoformat(end.replace("Z", "+00:00")).astimezone(zone)
+    except (KeyError, ValueError, TypeError):
+        return entities
+    lo = max(s, datetime.combine(s.date(), h0, zone))
+    hi = min(e, datetime.combine(e.date(), h1, zone))
+    if h0 >= h1 or lo >= hi:
+        return entities
+    out = dict(entities)
+    if lo != s:
+        out["window_start"] = format_utc(lo)
+    if hi != e:
+        out["window_end"] = format_utc(hi)
+    return out
 
 
 def _preferences(evidence: Sequence[Evidence], policy: Policy) -> dict[str, JsonValue]:
