@@ -170,3 +170,28 @@ def test_exemplars_for_an_intent_and_bad_queries(db: Database) -> None:
         lib.retrieve("u-alice", "visa", channels=("sql",))
     # person-typed text is data: tsquery operators and quotes in it change nothing
     assert lib.retrieve("u-alice", "lisbon' | !visa & (:*") != []
+
+
+def test_the_large_library_path_keeps_recall(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``SMALL_LIBRARY`` plans the shared GIN / HNSW indexes are used and common lexemes
+    (PostgreSQL's statistics, after ANALYZE) select candidates only within a row budget: recall
+    stays close."""
+    from countersign.planlibrary import store
+
+    monkeypatch.setattr(store, "SMALL_LIBRARY", 10)
+    monkeypatch.setattr(store, "LEXICAL_ROWS", 25)  # 148 plans: select with the rarest terms
+    lib = PlanLibrary(db, embedder=EMBEDDER, clock=lambda: NOW)
+    _load(lib, _entries())
+    with db.tx() as c:
+        c.exec_driver_sql("ANALYZE plan_library")
+        assert lib._term_rows(c)[0]  # the statistics name the lexemes' shares
+        assert not lib._small(c, "u-set")
+        picked = lib._match_terms(c, ["calendar", "freebusy", "lisbon", "consulate"])
+        assert picked[0] == "lisbon" and "calendar" not in picked
+    bm25 = recall_at_5(lib, ("bm25",))
+    vector = recall_at_5(lib, ("vector",))
+    hybrid = recall_at_5(lib, ("bm25", "vector"))
+    print(
+        f"\nrecall@5 (large-library path): bm25 {bm25:.3f} vector {vector:.3f} hybrid {hybrid:.3f}"
+    )
+    assert hybrid > bm25 and hybrid > vector and hybrid >= 0.8

@@ -28,6 +28,14 @@ __all__ = ["PlanLibrary", "vector_literal"]
 _COLS = "plan_id, user_id, intent, text, success_count, failure_count, last_used_at, created_at"
 
 
+#: a user with at most this many plans is searched by an exact scan of their own rows
+SMALL_LIBRARY = 5000
+#: in a large library, the rows the selecting terms may match (estimated), and so rank
+LEXICAL_ROWS = 3000
+#: a small library's rows, materialized once per statement (the shared indexes are skipped)
+_MINE = "(SELECT * FROM plan_library WHERE user_id = :u OFFSET 0)"
+
+
 def vector_literal(vector: Sequence[float]) -> str:
     """pgvector's text form of a vector (``[0.1,0.2,…]``), for ``CAST(:v AS vector)``."""
     return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
@@ -99,6 +107,54 @@ class PlanLibrary:
         return None if row is None else _entry(row)
 
     # ---- retrieval --------------------------------------------------------------------------
+    def _small(self, c: Connection, user_id: str) -> bool:
+        """True when the user holds at most ``SMALL_LIBRARY`` plans (an index-only count that
+        stops there): their rows are then scanned exactly instead of through the shared
+        GIN / HNSW indexes, whose matches are mostly other users' rows."""
+        n = c.execute(
+            text(
+                "SELECT count(*) FROM (SELECT 1 FROM plan_library WHERE user_id = :u LIMIT :n) AS x"
+            ),
+            {"u": user_id, "n": SMALL_LIBRARY + 1},
+        ).scalar_one()
+        return int(n) <= SMALL_LIBRARY
+
+    def _term_rows(self, c: Connection) -> tuple[dict[str, float], float, float]:
+        """PostgreSQL's own statistics of ``tsv`` (kept by ANALYZE / autovacuum): the share of
+        rows holding each tracked lexeme, the share assumed for an untracked one (the smallest
+        tracked), and the table's row estimate. Empty before the first ANALYZE."""
+        row = c.execute(
+            text(
+                "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, c.reltuples "
+                "FROM pg_class c LEFT JOIN pg_stats s ON s.tablename = 'plan_library' "
+                "AND s.attname = 'tsv' WHERE c.oid = 'plan_library'::regclass"
+            )
+        ).first()
+        if row is None or row[0] is None or not row[1]:
+            return {}, 0.0, 0.0
+        elems, freqs = list(row[0]), [float(f) for f in row[1]]
+        # the array ends with three extra numbers: minimum, maximum, frequency of nulls
+        shares = dict(zip(elems, freqs[: len(elems)], strict=False))
+        floor = freqs[len(elems)] if len(freqs) > len(elems) else min(shares.values())
+        return shares, floor, max(0.0, float(row[2]))
+
+    def _match_terms(self, c: Connection, q: list[str]) -> list[str]:
+        """The terms that select lexical candidates in a large library: rarest first, while
+        the rows they would select (estimated from the statistics) stay within
+        ``LEXICAL_ROWS``; at least the rarest one. Every term still counts in ``ts_rank``."""
+        shares, floor, rows = self._term_rows(c)
+        if not shares or rows <= 0:
+            return q
+        ranked = sorted(q, key=lambda t: shares.get(t, floor))
+        chosen: list[str] = []
+        budget = 0.0
+        for t in ranked:
+            budget += shares.get(t, floor) * rows
+            if chosen and budget > LEXICAL_ROWS:
+                break
+            chosen.append(t)
+        return chosen
+
     def lexical(
         self,
         c: Connection,
@@ -108,28 +164,47 @@ class PlanLibrary:
         *,
         intent: str | None = None,
         vector: str | None = None,
+        small: bool = False,
     ) -> list[Candidate]:
         """Full-text candidates: the ``k`` best by ``ts_rank`` of an OR of the query's terms
-        (with their cosine similarity to ``vector`` when given, so both channels score them)."""
+        (with their cosine similarity to ``vector`` when given, so both channels score them).
+
+        In a large library only the rarest terms select candidates (``_match_terms``): a term
+        in many rows adds little to BM25 and would make every query rank a large part of the
+        table; at most ``4 * LEXICAL_ROWS`` matching rows are ranked."""
         q = terms(query)
         if not q:
             return []
+        match = q if small else self._match_terms(c, q)
+        source = _MINE if small else "plan_library"
         rows = c.execute(
-            text(
-                """
-                SELECT top.*, 1 - (top.embedding <=> CAST(:v AS vector)) AS cos, ARRAY(SELECT t FROM unnest(CAST(:terms AS text[])) AS t
-                                    WHERE top.tsv @@ to_tsquery('simple', t)) AS matched
-                FROM (SELECT plan_id, user_id, intent, text, success_count, failure_count,
-                             last_used_at, created_at, tsv, embedding, ts_rank(tsv, q) AS lex
-                      FROM plan_library, to_tsquery('simple', :tsq) AS q
-                      WHERE user_id = :u AND tsv @@ q
-                        AND (CAST(:intent AS text) IS NULL OR intent = :intent)
+            text(  # only constant fragments are formatted in; every value is bound
+                f"""
+                SELECT top.*, 1 - (top.embedding <=> CAST(:v AS vector)) AS cos,
+                       ARRAY(SELECT t FROM unnest(CAST(:terms AS text[])) AS t
+                             WHERE top.tsv @@ to_tsquery('simple', t)) AS matched
+                FROM (SELECT m.*, ts_rank(m.tsv, to_tsquery('simple', :tsq)) AS lex
+                      FROM (SELECT plan_id, user_id, intent, text, success_count, failure_count,
+                                   last_used_at, created_at, tsv, embedding
+                            FROM {source} AS pl
+                            WHERE user_id = :u AND tsv @@ to_tsquery('simple', :match)
+                              AND (CAST(:intent AS text) IS NULL OR intent = :intent)
+                            LIMIT :cap) AS m
                       ORDER BY lex DESC, created_at DESC
                       LIMIT :k) AS top
                 ORDER BY lex DESC, created_at DESC
-                """
+                """  # noqa: S608
             ),
-            {"tsq": " | ".join(q), "terms": q, "u": user_id, "k": k, "intent": intent, "v": vector},
+            {
+                "tsq": " | ".join(q),
+                "match": " | ".join(match),
+                "terms": q,
+                "u": user_id,
+                "k": k,
+                "cap": None if small else 4 * LEXICAL_ROWS,
+                "intent": intent,
+                "v": vector,
+            },
         ).all()
         return [
             Candidate(
@@ -142,22 +217,33 @@ class PlanLibrary:
         ]
 
     def nearest(
-        self, c: Connection, user_id: str, vector: str, k: int, *, intent: str | None = None
+        self,
+        c: Connection,
+        user_id: str,
+        vector: str,
+        k: int,
+        *,
+        intent: str | None = None,
+        small: bool = False,
     ) -> list[Candidate]:
-        """Vector candidates: the ``k`` nearest by cosine distance on the HNSW index."""
-        c.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-        c.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, 2 * k)}"))
+        """Vector candidates: the ``k`` nearest by cosine distance — exact over a small
+        library's rows, else on the HNSW index (iterative scan, so the per-user filter still
+        yields ``k`` rows)."""
+        if not small:
+            c.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+            c.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, 2 * k)}"))
+        source = _MINE if small else "plan_library"
         rows = c.execute(
-            text(
-                """
+            text(  # only constant fragments are formatted in; every value is bound
+                f"""
                 SELECT plan_id, user_id, intent, text, success_count, failure_count,
                        last_used_at, created_at, embedding <=> CAST(:v AS vector) AS dist
-                FROM plan_library
+                FROM {source} AS pl
                 WHERE user_id = :u AND embedding IS NOT NULL
                   AND (CAST(:intent AS text) IS NULL OR intent = :intent)
                 ORDER BY embedding <=> CAST(:v AS vector)
                 LIMIT :k
-                """
+                """  # noqa: S608
             ),
             {"v": vector, "u": user_id, "k": k, "intent": intent},
         ).all()
@@ -193,13 +279,16 @@ class PlanLibrary:
         pool = max(20, 4 * k)
         vector = self.embed([query])[0] if "vector" in channels else None
         with self.db.tx() as c:
+            small = self._small(c, user_id)
             lex = (
-                self.lexical(c, user_id, query, pool, intent=intent, vector=vector)
+                self.lexical(c, user_id, query, pool, intent=intent, vector=vector, small=small)
                 if "bm25" in channels
                 else []
             )
             vec = (
-                self.nearest(c, user_id, vector, pool, intent=intent) if vector is not None else []
+                self.nearest(c, user_id, vector, pool, intent=intent, small=small)
+                if vector is not None
+                else []
             )
         if channels == ("bm25",):
             w = w.model_copy(update={"vector": 0.0})
