@@ -15,6 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 from ulid import ULID
@@ -496,9 +498,37 @@ class PlanService:
         """Forget the caller's data or one subject (ContextRAG SPEC §4): every table, the audit
         rows redacted, then the n8n executions whose data holds it."""
         out = await asyncio.to_thread(self.memory.forget, user_id, body, audit=self.audit)
-        needles = [n.lower() for n in out.pop("needles")]
+        raw = out.pop("needles")
+        needles = [n.lower() for n in raw]
         out["n8n_executions_deleted"] = await self._erase_executions(needles)
+        out["temporal_runs_deleted"] = await self._erase_runs([n for n in raw if _plan_id_ok(n)])
         return out
+
+    async def _erase_runs(self, plan_ids: Sequence[str]) -> int | None:
+        """Delete the Temporal runs of these plans (every run of a ContinueAsNew chain; a running
+        one is terminated first by the server), found by the ``plan_id`` search attribute."""
+        if self.temporal is None or not plan_ids:
+            return None
+        deleted = 0
+        for i in range(0, len(plan_ids), 50):
+            # plan ids are checked ULIDs, so they can be quoted into the visibility query
+            query = "plan_id IN (" + ", ".join(f"'{p}'" for p in plan_ids[i : i + 50]) + ")"
+            try:
+                async for wf in self.temporal.list_workflows(query):
+                    await self.temporal.workflow_service.delete_workflow_execution(
+                        DeleteWorkflowExecutionRequest(
+                            namespace=self.temporal.namespace,
+                            workflow_execution=WorkflowExecution(
+                                workflow_id=wf.id, run_id=wf.run_id
+                            ),
+                        )
+                    )
+                    deleted += 1
+            except RPCError as e:
+                raise DurableUpdateError(
+                    f"forget: Temporal refused to delete runs: {e.message}"
+                ) from e
+        return deleted
 
     async def _erase_executions(self, needles: Sequence[str]) -> int | None:
         client = getattr(self.transport, "client", None)

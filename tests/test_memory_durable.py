@@ -1,0 +1,130 @@
+"""Forget reaches Temporal (issue 15.1): a watcher handed to a real dev server is found by its
+``plan_id`` search attribute and deleted (terminated while running) when its person is forgotten;
+the other tables are covered by tests/test_memory_api.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from countersign.api.testing import ALICE, ApiHarness, harness
+from countersign.durable import DurableActivities, connect, make_worker
+from countersign.durable.runtime import temporal_start, temporal_stop
+from countersign.durable.testing import sandbox_fixture  # noqa: F401  (fixture)
+from countersign.kernel import system_clock
+from countersign.kernel.process import free_port
+from countersign.n8n import N8nHandle
+from countersign.registry import Registry
+from countersign.sandbox import Radicale, SmtpSink, VisaSandbox
+from countersign.signer import KeyRing
+from countersign.storage import Database
+from countersign.workflowbuilder import CredentialRef
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def temporal(tmp_path: Path) -> Iterator[str]:
+    port, ui = free_port(), free_port()
+    temporal_start(tmp_path / "temporal", port=port, ui_port=ui)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        temporal_stop(tmp_path / "temporal")
+
+
+@pytest.fixture
+def watching(
+    n8n: N8nHandle,
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    radicale: Radicale,
+    smtp_server: SmtpSink,
+    api_smtp_credential: CredentialRef,
+    sandbox: VisaSandbox,
+    temporal: str,
+) -> Iterator[ApiHarness]:
+    settings = {"visa_base_url": sandbox.url}
+    acts = DurableActivities(
+        db, keys=keyring, registry=registry, settings=settings, clock=system_clock
+    )
+    stop = threading.Event()
+
+    async def run() -> None:
+        client = await connect(temporal)
+        async with make_worker(client, acts):
+            while not stop.is_set():
+                await asyncio.sleep(0.1)
+
+    worker = threading.Thread(target=lambda: asyncio.run(run()), daemon=True)
+    worker.start()
+    try:
+        with harness(
+            n8n,
+            db,
+            registry,
+            keyring,
+            radicale,
+            smtp_server,
+            api_smtp_credential,
+            settings=settings,
+            temporal_connect=lambda: connect(temporal),
+        ) as api:
+            yield api
+    finally:
+        stop.set()
+        worker.join(15)
+
+
+def _runs(temporal: str, plan_id: str) -> list[str]:
+    async def find() -> list[str]:
+        client = await connect(temporal)
+        return [w.id async for w in client.list_workflows(f"plan_id = '{plan_id}'")]
+
+    return asyncio.run(find())
+
+
+def _until(fn: Any, timeout_s: float = 30) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = fn()
+        if out or time.monotonic() > deadline:
+            return out
+        time.sleep(0.3)
+
+
+def test_forget_deletes_the_persons_temporal_runs(
+    watching: ApiHarness, sandbox: VisaSandbox, temporal: str
+) -> None:
+    sandbox.appear_after = 10_000  # it keeps watching until forgotten
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
+    intent = {
+        "intent": {
+            "intent": "watch_visa_slots",
+            "entities": {
+                "consulate": "lisbon",
+                "date_from": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "date_to": (start + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "poll_interval_s": 1,
+                "max_polls": 500,
+            },
+        }
+    }
+    with watching.client() as alice:
+        plan_id = alice.post("/v1/intents", json=intent).json()["plan_id"]
+        started = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+        assert started.json()["status"] == "handed_off", started.text
+        assert _until(lambda: _runs(temporal, plan_id) == [f"watch-{plan_id}"])
+        r = alice.post("/v1/memory/forget", json={"all": True})
+        assert r.status_code == 200, r.text
+        assert r.json()["temporal_runs_deleted"] >= 1
+        assert ALICE not in r.text
+    assert _until(lambda: _runs(temporal, plan_id) == [])
