@@ -45,6 +45,7 @@ fast: install
 	$(BIN)/pytest -q -m "not slow"
 
 bench: install
+	$(BIN)/pip install --quiet -e '.[dev,bench]'  # bench-only extra: LangGraph (bench_approve_write)
 	for b in bench/bench_*.py; do echo "## $$b"; $(BIN)/python $$b; done
 
 goldens: install

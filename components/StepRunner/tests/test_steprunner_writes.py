@@ -22,7 +22,7 @@ from countersign.steps import (
     classify,
     idempotency_key,
 )
-from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
+from countersign.storage import Database, IdempotencyLedger, InProgressError, OutcomeUnknownError
 
 _ids = itertools.count(1)
 
@@ -134,3 +134,49 @@ def test_a_request_that_cannot_be_built_is_failed_not_unknown(db: Database) -> N
         ticket.key
     )
     assert state is not None and state["state"] == "failed"
+
+
+def test_a_claim_and_its_started_row_commit_together(db: Database) -> None:
+    """With ``audit_in`` (the executor's), the ``step_started`` row is written in the claiming
+    transaction: an audit append that fails leaves no claimed key, and a claim that is refused
+    (in progress) or answered from the ledger writes no row."""
+    audit = AuditLog(clock=system_clock)
+    ledger = IdempotencyLedger(db, audit=audit, clock=system_clock)
+    written: list[dict[str, Any]] = []
+
+    def failing(c: Any, row: dict[str, Any]) -> None:
+        raise RuntimeError("audit append failed")
+
+    def recording(c: Any, row: dict[str, Any]) -> int:
+        written.append(row)
+        return audit.append(c, row)
+
+    plan_id = f"01JDQ3Z0000000000000{next(_ids):06d}"
+    broken = WriteProtocol(
+        ledger, written.append, owner="o1", clock=time.perf_counter, audit_in=failing
+    )
+    with pytest.raises(RuntimeError):
+        broken.claim(plan_id=plan_id, step=5, op="caldav.create_event", args={"n": 1}, actor="a")
+    assert ledger.state(idempotency_key(plan_id, 5, {"n": 1})) is None  # rolled back with it
+    assert written == []
+
+    writes = WriteProtocol(
+        ledger, written.append, owner="o1", clock=time.perf_counter, audit_in=recording
+    )
+    ticket = writes.claim(
+        plan_id=plan_id, step=5, op="caldav.create_event", args={"n": 1}, actor="a"
+    )
+    assert isinstance(ticket, Ticket)
+    assert [r["kind"] for r in written] == ["step_started"]
+    other = WriteProtocol(
+        ledger, written.append, owner="o2", clock=time.perf_counter, audit_in=recording
+    )
+    with pytest.raises(InProgressError):
+        other.claim(plan_id=plan_id, step=5, op="caldav.create_event", args={"n": 1}, actor="a")
+    writes.sending(ticket)
+    writes.settle(ticket, Attempt("answered", status=201, output={"status": 201}))
+    assert isinstance(
+        other.claim(plan_id=plan_id, step=5, op="caldav.create_event", args={"n": 1}, actor="a"),
+        Replay,
+    )
+    assert [r["kind"] for r in written] == ["step_started", "step_finished"]

@@ -112,6 +112,7 @@ class Executor:
             lambda row: self._audit(**row),
             owner=self.owner,
             clock=time.perf_counter,
+            audit_in=self.audit.append,  # step_started commits with the claim
         )
 
     def _audit(self, **entry: Any) -> None:

@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sqlalchemy import Connection
+
 from countersign.kernel import CountersignError, content_hash
 from countersign.storage import IdempotencyLedger, OutcomeUnknownError
 
@@ -137,6 +139,8 @@ class WriteDone:
 
 
 AuditSink = Callable[[dict[str, Any]], None]
+#: appends one audit row inside the caller's transaction (``AuditLog.append``)
+AuditInTx = Callable[[Connection, dict[str, Any]], object]
 
 
 @dataclass
@@ -147,6 +151,9 @@ class WriteProtocol:
     audit: AuditSink
     owner: str
     clock: Callable[[], float]
+    #: when given, the ``step_started`` row is appended in the ledger's claiming transaction (one
+    #: transaction for the claim decision, issue 16.0); otherwise through ``audit``
+    audit_in: AuditInTx | None = None
 
     def claim(
         self,
@@ -165,19 +172,23 @@ class WriteProtocol:
             InProgressError / IdempotencyMismatchError: from the ledger.
         """
         key = idempotency_key(plan_id, step, args)
-        claim = self.ledger.claim(key, content_hash(dict(args)), owner=self.owner)
+        started = {
+            "kind": "step_started",
+            "status": "running",
+            "actor": actor,
+            "plan_id": plan_id,
+            "step": step,
+            "op": op,
+        }
+        audit_in = self.audit_in
+        on_claimed = None if audit_in is None else (lambda c: audit_in(c, started))
+        claim = self.ledger.claim(
+            key, content_hash(dict(args)), owner=self.owner, on_claimed=on_claimed
+        )
         if claim.state == "completed":
             return Replay(key, claim.result)
-        self.audit(
-            {
-                "kind": "step_started",
-                "status": "running",
-                "actor": actor,
-                "plan_id": plan_id,
-                "step": step,
-                "op": op,
-            }
-        )
+        if audit_in is None:
+            self.audit(started)
         return Ticket(key, plan_id, step, op, actor, natural_key, self.clock())
 
     def sending(self, ticket: Ticket) -> None:

@@ -78,8 +78,19 @@ class IdempotencyLedger:
         if not owner or len(owner) > 128:
             raise StorageInputError("owner must be 1..128 characters")
 
-    def claim(self, key: str, request_hash: str, *, owner: str) -> Claim:
+    def claim(
+        self,
+        key: str,
+        request_hash: str,
+        *,
+        owner: str,
+        on_claimed: Callable[[Connection], object] | None = None,
+    ) -> Claim:
         """Claim a key before running the request it guards.
+
+        ``on_claimed(c)`` runs inside the claiming transaction when the key is claimed (new, or
+        taken over): what it writes (the ``step_started`` audit row) commits with the claim or
+        not at all (issue 16.0: one transaction per decision).
 
         Raises:
             InProgressError: someone holds it and their lease is live (HTTP 409).
@@ -100,6 +111,8 @@ class IdempotencyLedger:
                 {"k": key, "h": request_hash, "o": owner, "lease": now + self._lease, "now": now},
             ).first()
             if row is not None:
+                if on_claimed is not None:
+                    on_claimed(c)
                 return Claim(key=key, state="claimed")
             cur = c.execute(
                 text("SELECT * FROM idempotency_keys WHERE key = :k FOR UPDATE"), {"k": key}
@@ -129,6 +142,8 @@ class IdempotencyLedger:
                     ),
                     {"o": owner, "lease": now + self._lease, "now": now, "k": key},
                 )
+                if on_claimed is not None:
+                    on_claimed(c)
         if lost:
             raise OutcomeUnknownError(
                 f"idempotency key {key}: the request was sent and its holder vanished; reconcile before retrying"
