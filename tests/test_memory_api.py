@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from countersign.api.service import execution_matcher
 from countersign.api.testing import ALICE, BOB, ApiHarness
 from countersign.audit import AuditLog
 from countersign.contextrag import record_history
@@ -252,3 +253,11 @@ def test_chat_does_not_ask_what_preferences_fill(api: ApiHarness) -> None:
         assert overlap["args"]["duration_min"] == 45
         assert "duration_min" not in plan["plan"]["intent"]["entities"]  # filled, not said
         assert [e["source_ref"] for e in plan["evidence"]] == ["pref:default_meeting_length"]
+
+
+def test_runtime_records_are_matched_by_whole_words() -> None:
+    m = execution_matcher(["local", "01JDR8Z9Y0000000000000000A"])
+    assert m.search('{"url": "http://localhost:8000"}') is None
+    assert m.search('{"user": "local"}') and m.search('{"k": "01jdr8z9y0000000000000000a:3:ab"}')
+    assert execution_matcher(["carol"]).search('{"to": "carol@example.com"}')
+    assert execution_matcher(["a.b"]).search("axb") is None  # needles are literal

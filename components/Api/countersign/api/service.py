@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -71,7 +72,7 @@ from .errors import (
 from .events import EventLog
 from .reads import Reads
 
-__all__ = ["PlanService", "gates_of"]
+__all__ = ["PlanService", "execution_matcher", "gates_of"]
 
 
 @dataclass
@@ -534,11 +535,13 @@ class PlanService:
         client = getattr(self.transport, "client", None)
         if not isinstance(client, N8nClient) or not needles:
             return None  # no n8n runtime configured: nothing ran there
+        # whole words only: forgetting user "local" must not take every execution that
+        # mentions "localhost" (a plan id, an e-mail, a subject still match inside URLs and text)
+        holds = execution_matcher(needles)
         doomed: list[str] = []
         async for page in client.execution_pages(include_data=True):
             for ex in page:
-                blob = json.dumps(ex, default=str).lower()
-                if any(n in blob for n in needles):
+                if holds.search(json.dumps(ex, default=str, ensure_ascii=False).lower()):
                     doomed.append(str(ex["id"]))
         for eid in doomed:
             await client.delete_execution(eid)
@@ -662,6 +665,13 @@ def gates_of(graph: list[dict[str, Any]], state: PlanState) -> list[dict[str, An
 
 def _ttl(plan: Plan) -> timedelta:
     return timedelta(seconds=plan.constraints.ttl_s)
+
+
+def execution_matcher(needles: Sequence[str]) -> re.Pattern[str]:
+    """What finds forgotten data in a runtime record (lower-cased JSON): any needle as a whole
+    word — not inside a longer name (``local`` does not match ``localhost``)."""
+    words = "|".join(re.escape(n.lower()) for n in needles)
+    return re.compile(r"(?<![a-z0-9_])(?:" + words + r")(?![a-z0-9_])")
 
 
 def _plan_id_ok(plan_id: str) -> bool:
