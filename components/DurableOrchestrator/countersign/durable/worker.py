@@ -301,6 +301,9 @@ def make_worker(
     task_queue: str = TASK_QUEUE,
     max_concurrent_activities: int = 16,
     max_cached_workflows: int = 1000,
+    max_concurrent_workflow_tasks: int | None = None,
+    max_concurrent_workflow_task_polls: int = 5,
+    max_concurrent_activity_task_polls: int = 5,
 ) -> Worker:
     """A worker running the durable workflows and their (thread-pool) activities.
 
@@ -325,4 +328,7 @@ def make_worker(
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
         max_cached_workflows=max_cached_workflows,
+        max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
+        max_concurrent_workflow_task_polls=max_concurrent_workflow_task_polls,
+        max_concurrent_activity_task_polls=max_concurrent_activity_task_polls,
     )
