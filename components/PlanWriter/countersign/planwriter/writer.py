@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from pydantic import JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from sqlalchemy import Connection, Engine, text
 
 from countersign.contextrag.store import record_history
-from countersign.kernel import CountersignError, Plan, parse_contract
+from countersign.kernel import CountersignError, Plan, StepMode, StepRole, parse_contract
 from countersign.planlibrary import Embedder, LibraryEntry, PlanLibrary, default_embedder, plan_text
 from countersign.storage import Database, PlanStore, StorageInputError, stored_document
 
-__all__ = ["HistoryRecorder", "PlanWriter", "WriteReport", "normalized_facts"]
+__all__ = ["HistoryRecorder", "OutcomeFact", "PlanWriter", "WriteReport", "normalized_facts"]
 
 #: a step's recorded status → (history status, library outcome); steps not final are skipped
 _FINAL: dict[str, tuple[str, str]] = {
@@ -59,6 +59,21 @@ class HistoryRecorder(Protocol):
     ) -> bool: ...
 
 
+class OutcomeFact(BaseModel):
+    """The value of one normalized history fact (key ``outcome``) and of its ``outcomes.result``:
+    which op ran, in which role and mode, and the provider's handle on what it wrote. PII-light
+    by construction: no arguments, no read outputs (``schemas/OutcomeFact.json``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    op: str = Field(max_length=200, description="connector.call of the step, e.g. caldav.create_event")
+    role: StepRole = Field(description="the step's role in the plan (Fetcher … Notifier)")
+    mode: StepMode = Field(description="interactive | durable, as in the plan")
+    result_id: str | None = Field(
+        default=None, max_length=200, description="the provider's id of what the step wrote"
+    )
+
+
 @dataclass(frozen=True)
 class WriteReport:
     """What one call wrote: the new history facts and outcome rows (0 on a replay)."""
@@ -82,17 +97,17 @@ def normalized_facts(
         if final is None:
             continue
         step = plan.step(int(s["step"]))
-        value: dict[str, JsonValue] = {
-            "op": f"{step.uses}.{step.call}",
-            "role": step.role,
-            "mode": step.mode,
-        }
+        result_id: str | None = None
         output = s.get("output")
         if isinstance(output, dict):
             result = output.get("result") if isinstance(output.get("result"), dict) else output
             handle = result.get("id") if isinstance(result, dict) else None
             if isinstance(handle, str | int) and not isinstance(handle, bool):
-                value["result_id"] = str(handle)[:200]
+                result_id = str(handle)[:200]
+        fact = OutcomeFact(
+            op=f"{step.uses}.{step.call}"[:200], role=step.role, mode=step.mode, result_id=result_id
+        )
+        value: dict[str, JsonValue] = fact.model_dump(mode="json", exclude_none=True)
         out.append((step.step, "outcome", value, final[0], final[1]))
     return out
 
