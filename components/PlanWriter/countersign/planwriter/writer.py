@@ -66,7 +66,9 @@ class OutcomeFact(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    op: str = Field(max_length=200, description="connector.call of the step, e.g. caldav.create_event")
+    op: str = Field(
+        max_length=200, description="connector.call of the step, e.g. caldav.create_event"
+    )
     role: StepRole = Field(description="the step's role in the plan (Fetcher … Notifier)")
     mode: StepMode = Field(description="interactive | durable, as in the plan")
     result_id: str | None = Field(
