@@ -57,8 +57,8 @@ _HISTORY_ROWS = 100
 
 _P = "plan_id = ANY(:p)"
 #: table → the rows that are the person's (``:u`` the user id, ``:p`` their plan ids). A new
-#: table that holds a user id must be added here (tests/test_memory_forget.py walks
-#: information_schema and fails otherwise).
+#: table that holds a user id must be added here (tests/test_memory_api.py walks
+#: information_schema column by column after a forget and fails otherwise).
 USER_TABLES: dict[str, str] = {
     "plans": "user_id = :u",
     "plan_steps": _P,
