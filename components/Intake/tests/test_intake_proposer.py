@@ -12,6 +12,7 @@ from typing import Any, cast
 import pytest
 
 from countersign.intake import Contact, Intake, IntentProposer, Proposal
+from countersign.kernel import InputError
 from countersign.registry import Registry
 
 NOW = datetime(2026, 11, 24, 10, 15, tzinfo=UTC)
@@ -130,3 +131,31 @@ def test_the_model_cannot_change_a_settled_intent(intake: Intake) -> None:
     )
     assert u.intent == "schedule_meeting" and "query" not in u.entities
     assert u.entities["duration_min"] == 30
+
+
+# ---- the Policy's threshold (Policy.intake_threshold, passed in by the API) ---------------------
+BORDERLINE = "find a time with alice and bob"  # find_meeting_time, about 0.57 of the ranking
+
+
+def test_a_higher_threshold_asks_where_the_default_plans(registry: Registry) -> None:
+    """The same borderline sentence: understood at the default 0.5, asked about at 0.6 —
+    on the deterministic path and on the model's."""
+    default, strict = Intake(registry), Intake(registry, threshold=0.6)
+    read = default.understand(BORDERLINE, received_at=NOW, contacts=CONTACTS)
+    assert read.intent == "find_meeting_time" and 0.5 <= read.confidence < 0.6, read
+    asked = strict.understand(BORDERLINE, received_at=NOW, contacts=CONTACTS)
+    assert asked.intent is None and [n.entity for n in asked.needs] == ["intent"]
+    assert {"find_meeting_time", "schedule_meeting"} <= set(asked.needs[0].options)
+    proposal = Proposal("find_meeting_time", {"participants": ["alice@example.com"]}, 0.55)
+    by_model = _read(default, Scripted(proposal), BORDERLINE)
+    assert by_model.intent == "find_meeting_time" and by_model.source == "model"
+    doubted = _read(strict, Scripted(proposal), BORDERLINE)
+    assert doubted.intent is None and doubted.source == "model"
+    assert [n.entity for n in doubted.needs] == ["intent"]
+    assert doubted.needs[0].options == ["find_meeting_time"] and not doubted.entities
+
+
+@pytest.mark.parametrize("threshold", [-0.01, 1.01, float("nan")])
+def test_a_threshold_outside_0_to_1_is_refused(registry: Registry, threshold: float) -> None:
+    with pytest.raises(InputError, match=r"threshold must be within 0\.\.1"):
+        Intake(registry, threshold=threshold)

@@ -112,7 +112,7 @@ class PlanService:
         self.approvals = Approvals(self.db, clock=self.clock, audit=self.audit)
         self.events = EventLog(self.db, self.reads)
         self.conversations = ConversationStore(self.db, clock=self.clock)
-        self.intake = Intake(self.registry)
+        self.intake = Intake(self.registry, threshold=self.policy.intake_threshold)
         self.executor = Executor(
             keys=self.keyring,
             registry=self.registry,
@@ -169,7 +169,7 @@ class PlanService:
         another version are refused: ``registry_changed``)."""
         self.registry = registry
         self.executor.registry = registry
-        self.intake = Intake(registry)
+        self.intake = Intake(registry, threshold=self.policy.intake_threshold)
 
     def use_credentials(self, credentials: Mapping[str, CredentialRef]) -> None:
         """The n8n credentials generated nodes use (the API learns them when n8n is up)."""

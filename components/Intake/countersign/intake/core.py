@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 from dateutil import parser as dateutil_parser
 from rank_bm25 import BM25Okapi
 
-from countersign.kernel import format_utc
+from countersign.kernel import InputError, format_utc
 from countersign.registry import Registry
 
 from .proposer import IntentProposer, ProposalError, catalogue, check_proposal
@@ -159,6 +159,12 @@ class Intake:
     def __init__(
         self, registry: Registry, *, threshold: float = 0.5, min_score: float = 1.0
     ) -> None:
+        """``threshold``: the Policy's ``intake_threshold`` (0..1) — an intent understood with
+        less confidence than this, by the ranking or by a model, is asked about, not planned."""
+        if not 0.0 <= threshold <= 1.0:  # NaN fails both comparisons
+            raise InputError(
+                f"Intake: the confidence threshold must be within 0..1, got {threshold!r}"
+            )
         self.registry = registry
         self.threshold = threshold
         #: below this BM25 score nothing in the registry matches: answer with what it can do

@@ -443,6 +443,10 @@ class RetrievalWeights(Contract):
         return self
 
 
+#: Intake's default confidence threshold (``Policy.intake_threshold``)
+_DEFAULT_INTAKE_THRESHOLD = 0.5
+
+
 class Policy(Contract):
     """Configuration that shapes plans (vC). Its content hash is ``version``."""
 
@@ -469,14 +473,22 @@ class Policy(Contract):
     #: PlanRetrieval's ranking (issue 15.3). Left out of the signed form while it is the
     #: default, so policies that do not change it keep their version.
     retrieval: RetrievalWeights = Field(default_factory=RetrievalWeights)
+    #: Intake's confidence threshold (0..1): chat text whose intent is understood with less
+    #: confidence than this (the deterministic ranking's share, or a model's stated confidence)
+    #: is answered with a question instead of a plan (Intake SPEC). Left out of the signed form
+    #: while it is the default, so policies that do not change it keep their version.
+    intake_threshold: float = Field(default=_DEFAULT_INTAKE_THRESHOLD, ge=0.0, le=1.0)
 
     def to_json(self) -> dict[str, Any]:
-        """The signed form (``card_url`` only when set, ``retrieval`` only when not default)."""
+        """The signed form (``card_url`` only when set, ``retrieval`` and ``intake_threshold``
+        only when not default)."""
         out = self.model_dump(mode="json")
         if out.get("card_url") is None:
             out.pop("card_url", None)
         if self.retrieval == RetrievalWeights():
             out.pop("retrieval", None)
+        if self.intake_threshold == _DEFAULT_INTAKE_THRESHOLD:
+            out.pop("intake_threshold", None)
         return out
 
     @cached_property
