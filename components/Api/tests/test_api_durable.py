@@ -81,9 +81,11 @@ def watching(
     api_smtp_credential: CredentialRef,
     sandbox: VisaSandbox,
     temporal: str,
+    request: pytest.FixtureRequest,
 ) -> Iterator[ApiHarness]:
     """The served API on n8n and a real Temporal dev server, with a durable worker (in a thread)
-    reaching the sandbox visa service and the SMTP peer."""
+    reaching the sandbox visa service and the SMTP peer. Parametrized indirectly, the parameter is
+    the API's reconcile interval in seconds (default 60)."""
     settings = {
         "visa_base_url": sandbox.url,
         "smtp_host": smtp_server.host,
@@ -109,6 +111,7 @@ def watching(
             api_smtp_credential,
             settings=settings,
             temporal_connect=lambda: connect(temporal),
+            reconcile_every_s=float(getattr(request, "param", 60.0)),
         ) as api:
             yield api
     finally:
@@ -242,6 +245,40 @@ def test_a_run_terminated_outside_is_reconciled(
         ]
         assert kinds[-1] == ("durable_finished", "terminated")
         assert sandbox.bookings == {}
+
+
+@pytest.mark.parametrize("watching", [1.0], indirect=True)
+def test_a_run_terminated_while_the_api_runs_is_reconciled_by_its_periodic_pass(
+    watching: ApiHarness, sandbox: VisaSandbox, temporal: str
+) -> None:
+    """While the API is up, its periodic pass (``ApiConfig.reconcile_every_s``, here 1 s; from
+    ``COUNTERSIGN_DURABLE_RECONCILE_EVERY_S`` under ``countersign up``) records a run terminated
+    from outside — nobody calls ``reconcile_durable`` or restarts the API — once, and leaves the
+    running one alone."""
+    api = watching
+    with api.client() as alice:
+        ended = alice.post("/v1/intents", json=_watch()).json()["plan_id"]
+        running = alice.post("/v1/intents", json=_watch(days=20)).json()["plan_id"]
+        for plan_id in (ended, running):
+            r = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+            assert r.json()["status"] == "handed_off", r.text
+
+        async def terminate() -> None:
+            client = await connect(temporal)
+            await client.get_workflow_handle(f"watch-{ended}").terminate("an operator")
+
+        asyncio.run(terminate())
+
+        def finished(plan_id: str) -> list[tuple[str, str]]:
+            items = alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
+            return [(e["kind"], e["status"]) for e in items if e["kind"] == "durable_finished"]
+
+        assert _until(lambda: finished(ended), 60) == [("durable_finished", "terminated")]
+        assert alice.get(f"/v1/plans/{ended}").json()["status"] == "failed"
+        time.sleep(2.5)  # two more passes: still recorded once, the running run untouched
+        assert finished(ended) == [("durable_finished", "terminated")]
+        assert finished(running) == []
+        assert alice.get(f"/v1/plans/{running}").json()["status"] != "failed"
 
 
 def test_a_watcher_revised_from_the_chat_replaces_the_running_one(

@@ -286,11 +286,11 @@ def test_expired_token_is_refused_then_cancel(
         assert (
             st is not None and st.status == "waiting_approval"
         )  # still waiting for a valid approval
-        await latest.signal(WatcherWorkflow.cancel)
-        return await latest.result()
+        await _cancel_ends_canceled(latest)
+        return doc
 
-    result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
-    assert result.status == "cancelled" and sandbox.bookings == {}
+    doc = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert _finished(db, doc) == ["cancelled"] and sandbox.bookings == {}
     with db.tx() as c:
         reasons = [
             r.reason
@@ -312,14 +312,71 @@ def test_cancel_mid_watch_and_reconfigure(
         # the interval changed; the signed window did not (changing it is a new plan revision)
         assert st is not None and st.poll_interval_s == 600
         assert (st.date_from, st.date_to) == ("2027-03-01T00:00:00Z", "2027-03-31T00:00:00Z")
-        await latest.signal(WatcherWorkflow.cancel)
-        result = await latest.result()
+        await _cancel_ends_canceled(latest)
         await _replay(env, handle.id)
-        return result
+        return doc
 
-    result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
-    assert result.status == "cancelled" and sandbox.bookings == {}
+    doc = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert _finished(db, doc) == ["cancelled"] and sandbox.bookings == {}
     assert set(sandbox.windows) == {("2027-03-01T00:00:00Z", "2027-03-31T00:00:00Z")}
+
+
+def test_retired_cancel_signal_changes_nothing(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """The ``cancel`` signal ended a run COMPLETED; Temporal's cancellation is now the one cancel
+    path, so the signal is ignored (logged) and the watcher keeps polling. The golden history
+    ``watcher_cancel_signal_v1.json``, where the signal stopped a run, still replays."""
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        handle = await _start(env, doc)
+        await env.sleep(timedelta(hours=2))
+        latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
+        await latest.signal(WatcherWorkflow.cancel)
+        before = await latest.query(WatcherWorkflow.status)
+        await env.sleep(timedelta(hours=3))
+        after = await latest.query(WatcherWorkflow.status)
+        assert before is not None and after is not None
+        assert after.status == "watching" and after.polls >= before.polls + 2
+        assert (await latest.describe()).status == WorkflowExecutionStatus.RUNNING
+        await _cancel_ends_canceled(latest)
+        await _replay(env, handle.id)
+        return doc
+
+    doc = _scenario(db, registry, keyring, sandbox, smtp_server, body)
+    assert _finished(db, doc) == ["cancelled"]
+    wf_type, patches, _ = _golden_facts("watcher_cancel_signal_v1.json")
+    events = json.loads((HISTORIES / "watcher_cancel_signal_v1.json").read_text())["history"]
+    signals = [
+        e["workflowExecutionSignaledEventAttributes"]["signalName"]
+        for e in events["events"]
+        if "workflowExecutionSignaledEventAttributes" in e
+    ]
+    assert wf_type == "WatcherWorkflow" and signals == ["reconfigure", "cancel"]
+    assert "cancel-signal-retired-v1" not in patches
+    assert events["events"][-1]["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"
+
+
+async def _cancel_ends_canceled(handle: WorkflowHandle[Any, Any]) -> None:
+    """Temporal's cancellation (what the API, the chat and the UI request): the run ends CANCELED."""
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as ended:
+        await handle.result()
+    assert isinstance(ended.value.cause, CancelledError)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+
+
+def _finished(db: Database, doc: dict[str, Any]) -> list[str]:
+    """The ``durable_finished`` outcomes recorded for the plan."""
+    with db.tx() as c:
+        rows = c.execute(
+            text(
+                "SELECT status FROM audit_log WHERE plan_id = :p AND kind = 'durable_finished' "
+                "ORDER BY seq"
+            ),
+            {"p": doc["plan"]["plan_id"]},
+        ).all()
+    return [str(r[0]) for r in rows]
 
 
 @pytest.mark.parametrize("when", ["waiting", "at once"])

@@ -12,12 +12,14 @@ import contextlib
 import hmac
 import html
 import json
+import logging
 import re
 import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -62,6 +64,9 @@ CSRF_COOKIE = "cs_csrf"
 _UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 
 
+_log = logging.getLogger("countersign.api")
+
+
 @dataclass
 class ApiConfig:
     """Service-level settings."""
@@ -78,6 +83,10 @@ class ApiConfig:
     registry_store: RegistryStore | None = None
     #: connects to Temporal for durable plans (None: durable plans are refused)
     temporal_connect: Callable[[], Awaitable[Any]] | None = None
+    #: seconds between passes that record durable runs ended outside Countersign (terminated
+    #: in the Temporal UI, timed out) while the API runs; 0 = only at start and by ``countersign
+    #: reconcile`` (``Settings.durable_reconcile_every_s`` under ``countersign up``)
+    reconcile_every_s: float = 60.0
     #: where the chat page links a durable run: ``<this>/<workflow_id>`` (the Temporal Web UI's
     #: workflows page of the namespace); None = no link
     temporal_ui: str | None = None
@@ -376,6 +385,25 @@ Caller = Annotated[Principal, Depends(caller)]
 CodecCaller = Annotated[Principal, Depends(codec_caller)]
 
 
+async def _reconcile_passes(service: PlanService, every_s: float) -> None:
+    """While the API runs: every ``every_s`` seconds, record the end of durable runs that closed
+    outside Countersign since the pass before (Terminate runs no workflow code). Each pass looks
+    back three intervals (at least a minute) so a run whose close reaches Temporal's visibility
+    late is still seen; a run already recorded is skipped. A failed pass is logged and the next
+    one tries again."""
+    last = datetime.now(UTC)
+    while True:
+        await asyncio.sleep(every_s)
+        now = datetime.now(UTC)
+        since = last - timedelta(seconds=max(3 * every_s, 60.0))
+        try:
+            await service.reconcile_durable(closed_since=since)
+        except Exception:  # the loop must outlive a failed pass
+            _log.warning("a durable reconcile pass failed; the next one retries", exc_info=True)
+        else:
+            last = now
+
+
 def create_app(service: PlanService, users: UserStore, config: ApiConfig | None = None) -> FastAPI:
     """The ASGI app over one composed service."""
     cfg = config or ApiConfig()
@@ -414,6 +442,9 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
                 # recorded (best effort: a failure here must not keep the API from starting)
                 with contextlib.suppress(CountersignError):
                     await service.reconcile_durable()
+                if cfg.reconcile_every_s > 0:
+                    passes = asyncio.create_task(_reconcile_passes(service, cfg.reconcile_every_s))
+                    stack.callback(passes.cancel)
             if hub is not None:
                 await hub.start()
                 stack.push_async_callback(hub.stop)

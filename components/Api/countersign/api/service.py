@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -601,11 +601,18 @@ class PlanService:
             )
         return {"plan_id": plan_id, "status": "cancelled"}
 
-    async def reconcile_durable(self, *, actor: str = "reconciler") -> tuple[dict[str, str], ...]:
+    async def reconcile_durable(
+        self, *, actor: str = "reconciler", closed_since: datetime | None = None
+    ) -> tuple[dict[str, str], ...]:
         """Runs handed to Temporal that ended without recording it — terminated from the Temporal
         UI or CLI (Terminate runs no workflow code), timed out, or lost — get their end recorded
         now: ``durable_finished`` with how Temporal says they ended, and the plan's status.
-        Running runs are left alone. Returns what was recorded."""
+        Running runs are left alone; each end is recorded once (a lock per plan, re-checked).
+
+        Without ``closed_since`` (the API's start, ``countersign reconcile``) every such plan's
+        run is described; with it (the API's periodic pass) one visibility query lists the runs
+        closed since then, so a pass costs one SQL query and one list call however many runs
+        are still watching. Returns what was recorded."""
         if self.temporal is None:
             return ()
         with self.db.tx() as c:
@@ -616,33 +623,56 @@ class PlanService:
                     "WHERE f.plan_id = h.plan_id AND f.kind = 'durable_finished')"
                 )
             ).all()
+        pending = {str(wid): str(plan_id) for plan_id, wid in rows if wid}
+        if not pending:
+            return ()
+        ended: dict[str, str] = {}
+        try:
+            if closed_since is None:
+                for wid in pending:
+                    desc = await self.temporal.get_workflow_handle(wid).describe()
+                    ended[wid] = desc.status.name if desc.status else ""
+            else:
+                since = closed_since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                async for run in self.temporal.list_workflows(
+                    f'CloseTime >= "{since}" AND ExecutionStatus != "Running"'
+                ):
+                    if run.id in pending and run.status is not None:
+                        ended[run.id] = run.status.name
+        except RPCError as e:
+            raise DurableUpdateError(f"reconciling durable runs: {e.message}") from e
         done: tuple[dict[str, str], ...] = ()
-        for plan_id, wid in rows:
-            if not wid:
+        for wid, status in ended.items():
+            known = ended_outcome(status)
+            if known is None:
                 continue
-            try:
-                desc = await self.temporal.get_workflow_handle(str(wid)).describe()
-            except RPCError as e:
-                raise DurableUpdateError(f"{wid}: {e.message}") from e
-            ended = ended_outcome(desc.status.name if desc.status else "")
-            if ended is None:
-                continue
-            outcome, plan_status = ended
+            outcome, plan_status = known
+            plan_id = pending[wid]
             with self.db.tx() as c:
-                self.plans.set_status(str(plan_id), plan_status)
+                # a concurrent pass (the CLI while the API runs) records it once: the lock holds
+                # until this transaction ends, and the second pass then finds the row
+                c.execute(text("SELECT pg_advisory_xact_lock(hashtext(:p))"), {"p": plan_id})
+                if c.execute(
+                    text(
+                        "SELECT 1 FROM plan_events WHERE plan_id = :p "
+                        "AND kind = 'durable_finished' LIMIT 1"
+                    ),
+                    {"p": plan_id},
+                ).first():
+                    continue
+                self.plans.set_status(plan_id, plan_status)
                 self.audit.append(
                     c,
                     {
                         "kind": "durable_finished",
                         "status": outcome,
                         "actor": actor,
-                        "plan_id": str(plan_id),
-                        "reason": f"the run ended {desc.status.name if desc.status else '?'} "
-                        "outside Countersign",
-                        "details": {"workflow_id": str(wid)[:80], "plan_status": plan_status},
+                        "plan_id": plan_id,
+                        "reason": f"the run ended {status or '?'} outside Countersign",
+                        "details": {"workflow_id": wid[:80], "plan_status": plan_status},
                     },
                 )
-            done += ({"plan_id": str(plan_id), "workflow_id": str(wid), "outcome": outcome},)
+            done += ({"plan_id": plan_id, "workflow_id": wid, "outcome": outcome},)
         return done
 
     def _not_cancelled(self, plan_id: str) -> None:

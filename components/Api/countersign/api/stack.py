@@ -170,7 +170,7 @@ async def n8n_runtime(stack: Stack) -> AsyncIterator[StepTransport]:
 
 def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
     """The API app over the stack, with n8n as its step runtime and LISTEN for events."""
-    cfg = config or ApiConfig()
+    cfg = config or ApiConfig(reconcile_every_s=stack.settings.durable_reconcile_every_s)
     cfg.runtime = cfg.runtime or (lambda: n8n_runtime(stack))
     cfg.registry_store = cfg.registry_store or stack.registry_store
     settings = stack.settings

@@ -181,10 +181,12 @@ def harness(
     temporal_connect: Any = None,
     payload_codec: Any = None,
     codec_origin: str | None = None,
+    reconcile_every_s: float = 60.0,
 ) -> Iterator[ApiHarness]:
     """Serve the API over these peers (``settings`` adds connector settings; ``temporal_connect``
     lets durable plans run on Temporal; ``payload_codec`` and ``codec_origin`` serve the codec
-    endpoint for the Temporal UI at that origin)."""
+    endpoint for the Temporal UI at that origin; ``reconcile_every_s`` paces the recording of
+    runs that ended outside Countersign)."""
     for user in (ALICE, BOB):
         radicale.make_calendar(user)
         for name in radicale.events(user):
@@ -228,6 +230,7 @@ def harness(
         temporal_connect=temporal_connect,
         payload_codec=payload_codec,
         codec_origin=codec_origin,
+        reconcile_every_s=reconcile_every_s,
     )
     app = create_app(service, users, config)
     try:

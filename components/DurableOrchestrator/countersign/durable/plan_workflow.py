@@ -37,7 +37,14 @@ with workflow.unsafe.imports_passed_through():
         ResolveStep,
         StepCall,
     )
-    from .workflows import CANCEL_PATCH, finish, not_started, outcome_unknown, record_cancel
+    from .workflows import (
+        CANCEL_PATCH,
+        finish,
+        not_started,
+        outcome_unknown,
+        record_cancel,
+        shielded,
+    )
 
 __all__ = ["PlanExecutionWorkflow"]
 
@@ -174,7 +181,7 @@ class PlanExecutionWorkflow:
             if not is_cancelled_exception(e) or not workflow.patched(CANCEL_PATCH):
                 raise
             stored = getattr(self, "_stored", False)
-            await record_cancel(inp.signed, inp.user_id, self._timeout(), stored)
+            await shielded(record_cancel(inp.signed, inp.user_id, self._timeout(), stored))
             raise asyncio.CancelledError from e
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result

@@ -80,11 +80,13 @@ def _t(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at else "—"
 
 
-def watch_now(st: WatchState) -> str:
-    """The live line: state, polls, last and next poll, errors, what was found."""
+def watch_now(st: WatchState, *, ended: str | None = None) -> str:
+    """The live line: state (or how the run ended), polls, last and next poll, errors, what was
+    found."""
+    waiting = st.status == "watching" and ended is None
     line = (
-        f"**{st.status}** · polls {st.polls} · last {_t(st.last_poll_at)} · "
-        f"next {_t(st.next_poll_at) if st.status == 'watching' else '—'}"
+        f"**{ended or st.status}** · polls {st.polls} · last {_t(st.last_poll_at)} · "
+        f"next {_t(st.next_poll_at) if waiting else '—'}"
     )
     if st.errors:
         line += f" · errors in a row {st.errors}"

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -41,6 +42,8 @@ with workflow.unsafe.imports_passed_through():
     from .summary import every, watch_now
 
 __all__ = [
+    "CANCEL_PATCH",
+    "CANCEL_SIGNAL_RETIRED_PATCH",
     "FINISH_PATCH",
     "POLL_COUNT",
     "STATE_ATTRIBUTES_PATCH",
@@ -51,7 +54,10 @@ __all__ = [
     "not_started",
     "outcome_unknown",
     "publish_state",
+    "shielded",
 ]
+
+_T = TypeVar("_T")
 
 _POLL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=5),
@@ -77,6 +83,9 @@ def outcome_unknown(e: ActivityError) -> bool:
 FINISH_PATCH = "finish-plan-v1"
 #: a run cancelled through Temporal records its outcome before it ends CANCELED
 CANCEL_PATCH = "cancel-records-outcome-v1"
+#: the ``cancel`` signal no longer ends a watcher (it ended COMPLETED): Temporal's cancellation is
+#: the one cancel path; histories where the signal ended the run replay the old branch
+CANCEL_SIGNAL_RETIRED_PATCH = "cancel-signal-retired-v1"
 #: a watcher keeps the search attributes ``watch_state`` and ``poll_count`` current
 STATE_ATTRIBUTES_PATCH = "watch-search-attributes-v1"
 
@@ -130,6 +139,21 @@ async def record_cancel(
     await finish(signed, user_id, "cancelled", timeout)
 
 
+async def shielded(work: Awaitable[_T]) -> _T:
+    """Run ``work`` (the clean-up of a cancelled run: release holds, record the outcome) to its
+    end, even if another cancellation reaches the run meanwhile — a second "Request Cancellation"
+    must not leave a hold placed or the outcome unrecorded. ``asyncio.shield`` keeps the inner
+    task running; the loop waits for it instead of giving up at the first ``CancelledError``.
+    Deterministic: no timer or command of its own, the activities inside are the commands."""
+    task = asyncio.ensure_future(work)
+    while True:
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise  # the work itself was cancelled (it cannot be here: nothing cancels it)
+
+
 def not_started(what: str) -> ApplicationError:
     """The error an update handler raises if it runs before ``run`` (validators prevent it)."""
     return ApplicationError(f"{what}: the workflow has not started", type="invalid_input")
@@ -154,7 +178,17 @@ class WatcherWorkflow:
     # ---- interface ----------------------------------------------------------------------------
     @workflow.signal
     def cancel(self) -> None:
-        """Stop watching (a booking already made is not undone)."""
+        """Retired: request Temporal's cancellation instead (``handle.cancel()``, the UI's
+        "Request Cancellation", ``POST /v1/plans/<plan_id>/cancel``, the chat card), which
+        records the outcome, releases a hold and ends the run CANCELED. This signal ended the run
+        COMPLETED; since ``cancel-signal-retired-v1`` it only logs a warning. Histories in which
+        it stopped a run replay that branch (the handler stays for them)."""
+        if workflow.patched(CANCEL_SIGNAL_RETIRED_PATCH):
+            workflow.logger.warning(
+                "the cancel signal is retired and changes nothing: request cancellation "
+                "(Temporal UI 'Request Cancellation', POST /v1/plans/<plan_id>/cancel)"
+            )
+            return
         self._cancelled = True
 
     @workflow.signal
@@ -279,12 +313,19 @@ class WatcherWorkflow:
             if not is_cancelled_exception(e) or not workflow.patched(CANCEL_PATCH):
                 raise
             stored = getattr(self, "_stored", False) or inp.state is not None
-            publish_state("cancelled", self._state.polls if self._state else 0)
-            await self._release(self._inp or inp)
-            await record_cancel(inp.signed, inp.user_id, self._timeout(), stored)
+            await shielded(self._cancelled_end(inp, stored))
             raise asyncio.CancelledError from e
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result
+
+    async def _cancelled_end(self, inp: WatchInput, stored: bool) -> None:
+        """A run cancelled through Temporal: publish it, release the hold, record the outcome."""
+        st = self._state
+        publish_state("cancelled", st.polls if st else 0)
+        await self._release(self._inp or inp)
+        if st is not None:
+            workflow.set_current_details(watch_now(st, ended="cancelled"))
+        await record_cancel(inp.signed, inp.user_id, self._timeout(), stored)
 
     async def _run(self, inp: WatchInput) -> WatchResult:
         self._inp = inp
@@ -410,7 +451,7 @@ class WatcherWorkflow:
         st.held = None  # booking the held slot ends its hold at the provider
         notified = await self._notify(inp, self._choice)
         st.status = "done"
-        workflow.set_current_details(watch_now(st))
+        workflow.set_current_details(watch_now(st, ended="booked"))
         publish_state("booked", st.polls)
         return WatchResult(
             status="booked", polls=st.polls, booking_id=_booking_id(booking), notified=notified
@@ -540,6 +581,7 @@ class WatcherWorkflow:
             notified = True
         if st is not None:
             st.status = "done"
+            workflow.set_current_details(watch_now(st, ended=status))
         publish_state(status, polls)
         return WatchResult.model_validate({"status": status, "polls": polls, "notified": notified})
 

@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     #: e.g. ``COUNTERSIGN_CONNECTOR_SETTINGS='{"caldav_base_url": "http://127.0.0.1:5232"}'``.
     connector_settings: dict[str, str] = Field(default_factory=dict)
     temporal_address: str = "127.0.0.1:7233"
+    #: How often (seconds) the API records the end of durable runs that ended outside Countersign
+    #: (terminated or cancelled in the Temporal UI, timed out) while it runs; 0 = only when the
+    #: API starts and by ``countersign reconcile``.
+    durable_reconcile_every_s: float = Field(default=60.0, ge=0)
     temporal_namespace: str = "default"
     #: mTLS for a Temporal cluster or Temporal Cloud (PEM files); unset = plain loopback.
     temporal_tls_cert: Path | None = None
