@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import text
@@ -18,8 +21,8 @@ from countersign.api.service import execution_matcher
 from countersign.api.testing import ALICE, BOB, ApiHarness
 from countersign.audit import AuditLog
 from countersign.contextrag import record_history
-from countersign.kernel import canonical_bytes, content_hash
-from countersign.n8n import N8nClient, N8nHandle
+from countersign.kernel import Settings, canonical_bytes, content_hash
+from countersign.n8n import N8nClient, N8nHandle, install, start, stop
 from countersign.storage import Database
 
 pytestmark = pytest.mark.slow
@@ -261,3 +264,61 @@ def test_runtime_records_are_matched_by_whole_words() -> None:
     assert m.search('{"user": "local"}') and m.search('{"k": "01jdr8z9y0000000000000000a:3:ab"}')
     assert execution_matcher(["carol"]).search('{"to": "carol@example.com"}')
     assert execution_matcher(["a.b"]).search("axb") is None  # needles are literal
+
+
+def test_forget_with_n8n_down_is_refused_whole_then_finishes(
+    api: ApiHarness, n8n: N8nHandle
+) -> None:
+    """n8n stopped: the forget deletes nothing, says which store is pending and is audited
+    without content; n8n back (same port and data): the same forget finishes everything."""
+    with api.client() as alice:
+        meeting = _meeting([ALICE, "carol@example.com"], duration_min=30)
+        r = alice.post("/v1/intents", json=meeting)
+        assert r.status_code == 201, r.text
+        plan = r.json()["plan_id"]
+        assert _executions_holding(n8n, [plan]) > 0  # its preview ran on n8n
+
+        port = urlsplit(n8n.base_url).port
+        assert port is not None and stop(n8n.data_dir)
+        try:
+            r = alice.post("/v1/memory/forget", json={"subject": "carol"})
+            assert r.status_code == 503, r.text
+            problem = r.json()
+            assert problem["code"] == "forget_incomplete", problem
+            assert problem["pending"] == {"n8n": "n8n_unavailable"}, problem
+            assert problem["erased"] == {"temporal_runs_deleted": None}  # no Temporal here
+            assert problem["retry"].startswith("POST /v1/memory/forget again"), problem
+            assert "carol" not in r.text.lower() and plan not in r.text
+            # nothing was deleted: the plan and every row naming carol are still there
+            assert alice.get(f"/v1/plans/{plan}").status_code == 200
+            assert "plans.canonical" in _holding(api.db, "carol", exact=False)
+            with api.db.tx() as c:
+                rows = c.execute(
+                    text(
+                        "SELECT kind, actor, reason, details FROM audit_log "
+                        "WHERE kind LIKE 'memory_forget%'"
+                    )
+                ).all()
+            assert [(r.kind, r.actor, r.reason) for r in rows] == [
+                ("memory_forget_incomplete", "system:memory", "n8n_unavailable")
+            ]
+            assert rows[0].details == {
+                "scope": "subject",
+                "erased": {"temporal_runs_deleted": None},
+                "pending": {"n8n": "n8n_unavailable"},
+            }
+        finally:
+            cache = Path(os.environ.get("COUNTERSIGN_CACHE_DIR") or Settings().cache_dir)
+            start(install(cache), n8n.data_dir, port=port)  # the session's n8n, as it was
+
+        r = alice.post("/v1/memory/forget", json={"subject": "carol"})
+        assert r.status_code == 200, r.text
+        assert r.json()["n8n_executions_deleted"] > 0 and r.json()["deleted"]["plans"] == 1
+        assert _holding(api.db, "carol", exact=False) == {}
+        assert _executions_holding(n8n, ["carol", plan]) == 0
+        with api.db.tx() as c:
+            assert AuditLog(clock=lambda: datetime.now(UTC)).verify(c).ok
+            done = c.execute(
+                text("SELECT details FROM audit_log WHERE kind = 'memory_forgotten'")
+            ).scalar_one()
+        assert done["erased"]["n8n_executions_deleted"] == r.json()["n8n_executions_deleted"]

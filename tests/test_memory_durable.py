@@ -1,6 +1,8 @@
 """Forget reaches Temporal (issue 15.1): a watcher handed to a real dev server is found by its
-``plan_id`` search attribute and deleted (terminated while running) when its person is forgotten;
-the other tables are covered by tests/test_memory_api.py."""
+``plan_id`` search attribute and deleted (terminated while running) when its person is forgotten.
+With the dev server stopped, the forget is refused (503 ``forget_incomplete``, audited without
+content) before any row is deleted; with it back, the same forget finishes. The other tables are
+covered by tests/test_memory_api.py."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from countersign.api.testing import ALICE, ApiHarness, harness
 from countersign.durable import DurableActivities, connect, make_worker
@@ -30,14 +34,33 @@ from countersign.workflowbuilder import CredentialRef
 pytestmark = pytest.mark.slow
 
 
+@dataclass(frozen=True)
+class DevServer:
+    folder: Path
+    port: int
+    ui: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        temporal_start(self.folder, port=self.port, ui_port=self.ui)
+
+
 @pytest.fixture
-def temporal(tmp_path: Path) -> Iterator[str]:
-    port, ui = free_port(), free_port()
-    temporal_start(tmp_path / "temporal", port=port, ui_port=ui)
+def dev_server(tmp_path: Path) -> Iterator[DevServer]:
+    dev = DevServer(tmp_path / "temporal", free_port(), free_port())
+    dev.start()
     try:
-        yield f"127.0.0.1:{port}"
+        yield dev
     finally:
-        temporal_stop(tmp_path / "temporal")
+        temporal_stop(dev.folder)
+
+
+@pytest.fixture
+def temporal(dev_server: DevServer) -> str:
+    return dev_server.address
 
 
 @pytest.fixture
@@ -102,7 +125,7 @@ def _until(fn: Any, timeout_s: float = 30) -> Any:
 
 
 def test_forget_deletes_the_persons_temporal_runs(
-    watching: ApiHarness, sandbox: VisaSandbox, temporal: str
+    watching: ApiHarness, sandbox: VisaSandbox, temporal: str, dev_server: DevServer
 ) -> None:
     sandbox.appear_after = 10_000  # it keeps watching until forgotten
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
@@ -123,8 +146,42 @@ def test_forget_deletes_the_persons_temporal_runs(
         started = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
         assert started.json()["status"] == "handed_off", started.text
         assert _until(lambda: _runs(temporal, plan_id) == [f"watch-{plan_id}"])
+
+        # Temporal down: refused before any row is deleted, the failure audited without content
+        temporal_stop(dev_server.folder)
+        r = alice.post("/v1/memory/forget", json={"all": True})
+        assert r.status_code == 503, r.text
+        problem = r.json()
+        assert problem["code"] == "forget_incomplete", problem
+        assert problem["pending"] == {"temporal": "temporal_unavailable"}, problem
+        assert "temporal_runs_deleted" not in problem["erased"]  # only what was erased
+        assert isinstance(problem["erased"]["n8n_executions_deleted"], int)
+        assert problem["retry"].startswith("POST /v1/memory/forget again"), problem
+        assert ALICE not in r.text and plan_id not in r.text
+        assert alice.get(f"/v1/plans/{plan_id}").status_code == 200  # nothing deleted yet
+        with watching.db.tx() as c:
+            incomplete = c.execute(
+                text(
+                    "SELECT actor, status, reason, details FROM audit_log "
+                    "WHERE kind = 'memory_forget_incomplete'"
+                )
+            ).all()
+        assert [(i.actor, i.status, i.reason) for i in incomplete] == [
+            ("system:memory", "failed", "temporal_unavailable")
+        ]
+        assert incomplete[0].details["pending"] == {"temporal": "temporal_unavailable"}
+        assert ALICE not in str(incomplete) and plan_id not in str(incomplete)
+
+        # back up: the same forget finishes the job (the run is found by its plan id again)
+        dev_server.start()
+        assert _until(lambda: _runs(temporal, plan_id) == [f"watch-{plan_id}"])
         r = alice.post("/v1/memory/forget", json={"all": True})
         assert r.status_code == 200, r.text
         assert r.json()["temporal_runs_deleted"] >= 1
         assert ALICE not in r.text
     assert _until(lambda: _runs(temporal, plan_id) == [])
+    with watching.db.tx() as c:
+        done = c.execute(
+            text("SELECT details FROM audit_log WHERE kind = 'memory_forgotten'")
+        ).scalar_one()
+    assert done["erased"]["temporal_runs_deleted"] >= 1 and done["deleted"]["plans"] == 1

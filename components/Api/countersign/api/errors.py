@@ -11,10 +11,12 @@ __all__ = [
     "BadCursorError",
     "ConversationNotFoundError",
     "DurableUpdateError",
+    "ForgetIncompleteError",
     "PlanCancelledError",
     "PlanNotFoundError",
     "RateLimitedError",
     "RegistryItemNotFoundError",
+    "TemporalUnavailableError",
     "TextNotSupportedError",
     "UnknownUserError",
     "UserExistsError",
@@ -64,6 +66,28 @@ class DurableUpdateError(ApiError):
     decided, no Temporal client)."""
 
     code = "durable_update_refused"
+
+
+class TemporalUnavailableError(ApiError):
+    """Temporal did not answer (or refused) a call this service needed (listing or deleting
+    runs when a person is forgotten)."""
+
+    code = "temporal_unavailable"
+    retryable = True
+
+
+class ForgetIncompleteError(ApiError):
+    """A forget could not erase a runtime's records (n8n or Temporal down): no table row was
+    deleted yet, so the same forget again finds and finishes everything (ContextRAG SPEC §4)."""
+
+    code = "forget_incomplete"
+    retryable = True
+
+    def __init__(
+        self, message: str, *, pending: dict[str, str], erased: dict[str, int | None]
+    ) -> None:
+        super().__init__(message)
+        self.pending, self.erased = pending, erased
 
 
 class ConversationNotFoundError(ApiError):

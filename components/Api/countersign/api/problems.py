@@ -34,6 +34,7 @@ from .errors import (
     AuthError,
     ConversationNotFoundError,
     DurableUpdateError,
+    ForgetIncompleteError,
     PlanCancelledError,
     PlanNotFoundError,
     RateLimitedError,
@@ -66,6 +67,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (StaleWorldError, 409),
     (OverBudgetError, 409),
     (OutcomeUnknownError, 409),
+    (ForgetIncompleteError, 503),
     (KeyRingError, 503),
     (N8nError, 503),
     (StorageError, 503),
@@ -84,11 +86,18 @@ def status_for(error: CountersignError) -> int:
 def extras_for(error: CountersignError) -> dict[str, Any]:
     """Members a problem document adds for its error class: ``changes`` (each read that moved
     since the preview, with old and new values per field) for ``stale_world``; ``budget`` (the step,
-    its limit and the total now) for ``over_budget``."""
+    its limit and the total now) for ``over_budget``; ``pending`` (store → error code), ``erased``
+    (counts so far) and ``retry`` for ``forget_incomplete``."""
     if isinstance(error, StaleWorldError):
         return {"changes": [c.summary() for c in error.changes]}
     if isinstance(error, OverBudgetError):
         return {"budget": {"step": error.step, "limit": error.limit, "total": error.total}}
+    if isinstance(error, ForgetIncompleteError):
+        return {
+            "pending": error.pending,
+            "erased": error.erased,
+            "retry": "POST /v1/memory/forget again with the same body to finish",
+        }
     return {}
 
 

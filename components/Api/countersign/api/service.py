@@ -24,7 +24,7 @@ from ulid import ULID
 
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
-from countersign.contextrag import MemoryStore
+from countersign.contextrag import ForgetChangedError, MemoryStore
 from countersign.durable import (
     ApproveGate,
     PlanExecutionWorkflow,
@@ -35,6 +35,7 @@ from countersign.durable import (
 from countersign.execute import ExecuteReport, Executor
 from countersign.intake import Contact, Intake, IntentProposer, Understanding
 from countersign.kernel import (
+    CountersignError,
     Evidence,
     InputError,
     Intent,
@@ -65,8 +66,10 @@ from .conversations import Conversation, ConversationStore
 from .core import PlanState, decode_cursor, encode_cursor, ended_outcome, fold_events
 from .errors import (
     DurableUpdateError,
+    ForgetIncompleteError,
     PlanCancelledError,
     PlanNotFoundError,
+    TemporalUnavailableError,
     UserMismatchError,
 )
 from .events import EventLog
@@ -496,14 +499,57 @@ class PlanService:
         }
 
     async def forget(self, user_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Forget the caller's data or one subject (ContextRAG SPEC §4): every table, the audit
-        rows redacted, then the n8n executions whose data holds it."""
-        out = await asyncio.to_thread(self.memory.forget, user_id, body, audit=self.audit)
-        raw = out.pop("needles")
-        needles = [n.lower() for n in raw]
-        out["n8n_executions_deleted"] = await self._erase_executions(needles)
-        out["temporal_runs_deleted"] = await self._erase_runs([n for n in raw if _plan_id_ok(n)])
-        return out
+        """Forget the caller's data or one subject (ContextRAG SPEC §4). The runtimes' records
+        go first — the Temporal runs of the plans it takes (a running watcher stops writing),
+        then the n8n executions that hold it — while the rows that name those plans still
+        exist; then every table, the audit rows redacted, audited with the counts. A runtime
+        that cannot be erased stops it before any row is deleted: audited
+        (``memory_forget_incomplete``, no content) and refused with ``forget_incomplete`` (503);
+        the same forget again finishes the job."""
+        for _ in range(3):
+            targets = await asyncio.to_thread(self.memory.forget_targets, user_id, body)
+            erased: dict[str, int | None] = {}
+            pending: dict[str, str] = {}
+            try:
+                erased["temporal_runs_deleted"] = await self._erase_runs(list(targets.plan_ids))
+            except CountersignError as e:
+                pending["temporal"] = e.code
+            try:
+                needles = [n.lower() for n in targets.needles]
+                erased["n8n_executions_deleted"] = await self._erase_executions(needles)
+            except CountersignError as e:
+                pending["n8n"] = e.code
+            if pending:
+                await asyncio.to_thread(
+                    self.memory.forget_incomplete,
+                    targets.scope,
+                    erased=erased,
+                    pending=pending,
+                    audit=self.audit,
+                )
+                raise ForgetIncompleteError(
+                    f"forget: {' and '.join(sorted(pending))} could not be erased "
+                    f"({', '.join(f'{k}: {v}' for k, v in sorted(pending.items()))}); nothing "
+                    "was deleted from the tables — forget again to finish",
+                    pending=pending,
+                    erased=erased,
+                )
+            try:
+                out = await asyncio.to_thread(
+                    self.memory.forget,
+                    user_id,
+                    body,
+                    audit=self.audit,
+                    erased=erased,
+                    expected=targets.needles,
+                )
+            except ForgetChangedError:
+                continue  # a plan was made meanwhile: erase its records too, then delete
+            out.pop("needles")
+            return {**out, **erased}
+        raise ForgetChangedError(
+            "forget: the person's plans kept changing while their records were erased; try again"
+        )
 
     async def _erase_runs(self, plan_ids: Sequence[str]) -> int | None:
         """Delete the Temporal runs of these plans (every run of a ContinueAsNew chain; a running
@@ -526,8 +572,8 @@ class PlanService:
                     )
                     deleted += 1
             except RPCError as e:
-                raise DurableUpdateError(
-                    f"forget: Temporal refused to delete runs: {e.message}"
+                raise TemporalUnavailableError(
+                    f"forget: Temporal could not list or delete runs ({e.status.name}): {e.message}"
                 ) from e
         return deleted
 

@@ -16,6 +16,8 @@ from .store import (
     USER_TABLES,
     ExecutionEraser,
     ExemplarSource,
+    ForgetChangedError,
+    ForgetTargets,
     MemoryStore,
     record_history,
 )
@@ -31,7 +33,9 @@ __all__ = [
     "ExecutionEraser",
     "ExemplarSource",
     "FactIn",
+    "ForgetChangedError",
     "ForgetRequest",
+    "ForgetTargets",
     "MemoryItem",
     "MemoryStore",
     "MemoryWrite",

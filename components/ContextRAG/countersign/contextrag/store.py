@@ -43,6 +43,8 @@ __all__ = [
     "USER_TABLES",
     "ExecutionEraser",
     "ExemplarSource",
+    "ForgetChangedError",
+    "ForgetTargets",
     "MemoryStore",
     "record_history",
 ]
@@ -95,6 +97,24 @@ _PLAN_KEYED = {
 ANONYMIZED = {"audit_log": f"actor = :u OR {_P}", "registry_docs": "author = :u"}
 #: columns never exported (hashes of secrets; the vector is exported as its text's source)
 _NOT_EXPORTED = {"key_hash", "session_hash", "link_hash", "token_hash", "csrf", "embedding", "tsv"}
+
+
+class ForgetChangedError(CountersignError):
+    """The person's plans changed between erasing the runtime records and deleting the rows
+    (a plan was made meanwhile): nothing was deleted; erase again."""
+
+    code = "forget_changed"
+    retryable = True
+
+
+@dataclass(frozen=True)
+class ForgetTargets:
+    """What one forget takes: ``scope`` (``all`` / ``subject``), the plan ids, and the needles
+    (the user id or the subject, and the plan ids) runtime records are searched for."""
+
+    scope: str
+    plan_ids: tuple[str, ...]
+    needles: tuple[str, ...]
 
 
 class ExemplarSource(Protocol):
@@ -470,31 +490,93 @@ class MemoryStore:
         out["tables"] = tables
         return out
 
-    def forget(self, user_id: str, body: Mapping[str, Any], *, audit: AuditLog) -> dict[str, Any]:
+    def _targets(
+        self, c: Connection, user_id: str, req: ForgetRequest
+    ) -> tuple[list[str], list[str]]:
+        """The plan ids a forget takes and the needles runtime records are searched for."""
+        if req.all:
+            p = self._plan_ids(c, user_id)
+            return p, [user_id, *p]
+        subject = req.subject or ""
+        p = list(
+            c.execute(
+                text(
+                    "SELECT plan_id FROM plans t WHERE user_id = :u AND strpos(lower("
+                    "convert_from(canonical, 'UTF8') || t::text), lower(:s)) > 0"
+                ),
+                {"u": user_id, "s": subject},
+            ).scalars()
+        )
+        return p, [subject, *p]
+
+    def forget_targets(self, user_id: str, body: Mapping[str, Any]) -> ForgetTargets:
+        """What a forget would take (read only): its plan ids and the needles the runtimes'
+        records (n8n executions, Temporal runs) are searched for. The Api erases those records
+        *before* :meth:`forget` deletes the rows that name the plans (SPEC §4), so a runtime that
+        is down leaves everything findable for the next attempt."""
+        req = parse_contract(ForgetRequest, body, what="memory forget")
+        with self.db.tx() as c:
+            p, needles = self._targets(c, user_id, req)
+        return ForgetTargets("all" if req.all else "subject", tuple(p), tuple(needles))
+
+    def forget_incomplete(
+        self,
+        scope: str,
+        *,
+        erased: Mapping[str, int | None],
+        pending: Mapping[str, str],
+        audit: AuditLog,
+    ) -> None:
+        """Audit a forget that stopped because a runtime could not be erased (no table row was
+        deleted): the scope, what was erased so far, and which store failed with which error
+        code — never the user id or the subject (SPEC §5)."""
+        with self.db.tx() as c:
+            audit.append(
+                c,
+                {
+                    "kind": "memory_forget_incomplete",
+                    "status": "failed",
+                    "actor": FORGET_ACTOR,
+                    "reason": ",".join(sorted(pending.values()))[:128],
+                    "details": {
+                        "scope": scope,
+                        "erased": dict(sorted(erased.items())),
+                        "pending": dict(sorted(pending.items())),
+                    },
+                },
+            )
+
+    def forget(
+        self,
+        user_id: str,
+        body: Mapping[str, Any],
+        *,
+        audit: AuditLog,
+        erased: Mapping[str, int | None] | None = None,
+        expected: Collection[str] | None = None,
+    ) -> dict[str, Any]:
         """Delete the person's data (``{"all": true}``) or one subject's, from every table in
         ``USER_TABLES``; redact the audit rows about it; audit the forget without its content
-        (scope, row counts, the redacted sequence numbers). Returns what it did and the needles
-        (plan ids, the user id or the subject) the runtime's execution records are searched for.
+        (scope, row counts, the runtime records ``erased`` before, the redacted sequence numbers).
+        Returns what it did and the needles (plan ids, the user id or the subject) the runtime's
+        execution records are searched for.
+
+        ``expected``: the needles whose runtime records were erased before (from
+        :meth:`forget_targets`); a forget that would now take a plan outside them (made in
+        between) deletes nothing and raises :class:`ForgetChangedError`, so no plan id is
+        deleted before its records are.
         """
         req = parse_contract(ForgetRequest, body, what="memory forget")
         counts: dict[str, int] = {}
         with self.db.tx() as c:
-            if req.all:
-                p = self._plan_ids(c, user_id)
-                match, needles = "", [user_id, *p]
-            else:
-                subject = req.subject or ""
-                p = list(
-                    c.execute(
-                        text(
-                            "SELECT plan_id FROM plans t WHERE user_id = :u AND strpos(lower("
-                            "convert_from(canonical, 'UTF8') || t::text), lower(:s)) > 0"
-                        ),
-                        {"u": user_id, "s": subject},
-                    ).scalars()
+            p, needles = self._targets(c, user_id, req)
+            if expected is not None and not set(p) <= set(expected):
+                raise ForgetChangedError(
+                    f"memory forget: {len(set(p) - set(expected))} plan(s) appeared after the "
+                    "runtime records were erased; erase again"
                 )
-                # rows of the person's that mention the subject, besides whole plans naming it
-                match, needles = " AND strpos(lower(t::text), lower(:s)) > 0", [subject, *p]
+            # a subject: the person's rows that mention it, besides whole plans naming it
+            match = "" if req.all else " AND strpos(lower(t::text), lower(:s)) > 0"
             params: dict[str, Any] = {"u": user_id, "p": p, "s": req.subject}
             for table, where in USER_TABLES.items():
                 if req.all:
@@ -549,6 +631,7 @@ class MemoryStore:
                         "details": {
                             "scope": "all" if req.all else "subject",
                             "deleted": dict(sorted(counts.items())) if i == 0 else {},
+                            **({"erased": dict(sorted((erased or {}).items()))} if i == 0 else {}),
                             "redacted_seqs": ranges[i : i + 150],
                         },
                     },
