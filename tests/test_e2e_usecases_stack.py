@@ -128,9 +128,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         assert down.returncode == 0, down.stderr
 
 
-def _complete_and_chained(stack: Stack, alice: httpx.Client, plan_id: str) -> list[str]:
-    """The plan's event stream: numbered 1…n without a gap, folding to the status GET reports;
-    the whole audit chain verifies. Returns the event kinds in order."""
+def _stream(alice: httpx.Client, plan_id: str) -> list[dict[str, Any]]:
+    """The plan's event stream as it stands (SSE, not followed)."""
     events = []
     with alice.stream("GET", f"/v1/plans/{plan_id}/events", params={"follow": "false"}) as r:
         current: dict[str, Any] = {}
@@ -142,6 +141,13 @@ def _complete_and_chained(stack: Stack, alice: httpx.Client, plan_id: str) -> li
             elif line == "" and current:
                 events.append(current)
                 current = {}
+    return events
+
+
+def _complete_and_chained(stack: Stack, alice: httpx.Client, plan_id: str) -> list[str]:
+    """The plan's event stream: numbered 1…n without a gap, folding to the status GET reports;
+    the whole audit chain verifies. Returns the event kinds in order."""
+    events = _stream(alice, plan_id)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert fold_events(events).status == alice.get(f"/v1/plans/{plan_id}").json()["status"]
     verified = stack.cli("audit", "verify", "--plan-id", plan_id)
@@ -151,6 +157,7 @@ def _complete_and_chained(stack: Stack, alice: httpx.Client, plan_id: str) -> li
 
 def test_meeting_from_a_sentence(stack: Stack) -> None:
     events_before, mails_before = stack.events_of(ALICE), len(stack.mails())
+    bobs_before = stack.events_of(BOB)
     with stack.client() as alice:
         first = alice.post(
             "/v1/intents", json={"text": "set up a meeting with Alice and Bob tomorrow afternoon"}
@@ -168,9 +175,11 @@ def test_meeting_from_a_sentence(stack: Stack) -> None:
         assert slots, body["preview"]
         # the preview wrote nothing; execute without the gate's token writes nothing either
         assert stack.events_of(ALICE) == events_before and len(stack.mails()) == mails_before
+        assert stack.events_of(BOB) == bobs_before
         refused = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
         assert refused.status_code == 409 and refused.json()["code"] == "execute_refused"
-        assert stack.events_of(ALICE) == events_before
+        assert stack.events_of(ALICE) == events_before and stack.events_of(BOB) == bobs_before
+        assert len(stack.mails()) == mails_before
         start = slots[0]["start"]
         end = (
             datetime.fromisoformat(start.replace("Z", "+00:00")) + timedelta(minutes=30)
@@ -181,15 +190,77 @@ def test_meeting_from_a_sentence(stack: Stack) -> None:
         ).json()["token"]
         done = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
         assert done.status_code == 202 and done.json()["status"] == "completed", done.text
-        # one event, one mail per attendee; the same token again adds nothing
+        # one event in each attendee's calendar, one mail each; the same token again adds nothing
         again = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
         assert again.status_code == 403
         assert stack.events_of(ALICE) == events_before + 1
+        assert stack.events_of(BOB) == bobs_before + 1
         sent = [m for m in stack.mails() if m["subject"] == "Planning"]
         assert sorted(m["to"] for m in sent) == [ALICE, BOB]
         kinds = _complete_and_chained(stack, alice, plan_id)
         assert kinds[0] == "plan_signed" and kinds[-2:] == ["execute_finished", "token_refused"]
         assert kinds.count("step_finished") >= 3
+
+
+def test_the_parallel_example_from_a_sentence(stack: Stack) -> None:
+    """The HLD's parallel example (``find_meeting_time``): free/busy of Alice ‖ Bob (steps 1 and 2,
+    no dependency between them) → overlap (3) → gate-A (4) → the event in the organizer's
+    calendar (5), from chat text over the API. One approved write, one effect: one event in
+    Alice's calendar, none in Bob's (the plan writes only the organizer's), no mail."""
+    alices, bobs, mails = stack.events_of(ALICE), stack.events_of(BOB), len(stack.mails())
+    with stack.client() as alice:
+        first = alice.post("/v1/intents", json={"text": "find a time with Alice and Bob"}).json()
+        assert first["intent"] == "find_meeting_time", first
+        assert first["entities"]["participants"] == [ALICE, BOB], first
+        asked = {n["entity"] for n in first["needs"]}
+        assert asked == {"duration_min", "window_start", "window_end", "title"}, first
+        body = alice.post(
+            "/v1/intents",
+            json={
+                "text": "30 minutes tomorrow afternoon, called Parallel sync",
+                "conversation_id": first["conversation_id"],
+            },
+        ).json()
+        plan_id = body["plan_id"]
+        assert body["gates"] == ["gate-A"], body
+        shown = alice.get(f"/v1/plans/{plan_id}").json()
+        graph = {s["step"]: s for s in shown["plan"]["graph"]}
+        assert {n: (s["uses"], s["call"], s["after"]) for n, s in graph.items()} == {
+            1: ("caldav", "list_free_busy", []),
+            2: ("caldav", "list_free_busy", []),
+            3: ("system.analyze", "find_overlap", [1, 2]),
+            4: ("system.approval", "confirm", [3]),
+            5: ("caldav", "create_event", [4]),
+        }
+        assert {graph[1]["args"]["user"], graph[2]["args"]["user"]} == {ALICE, BOB}
+        steps = body["preview"]["normalized"]["steps"]
+        assert set(steps) == {"1", "2", "3"}  # the three reads, nothing else
+        slots = steps["3"]["slots"]
+        assert slots, body["preview"]
+        # the preview wrote nothing; execute without the gate's token writes nothing either
+        refused = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+        assert refused.status_code == 409 and refused.json()["code"] == "execute_refused"
+        assert (stack.events_of(ALICE), stack.events_of(BOB)) == (alices, bobs)
+        start = slots[0]["start"]
+        end = (
+            datetime.fromisoformat(start.replace("Z", "+00:00")) + timedelta(minutes=30)
+        ).strftime("%Y-%m-%dT%H:%M:%SZ")
+        token = alice.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve",
+            json={"choice": {"start": start, "end": end}},
+        ).json()["token"]
+        assert (stack.events_of(ALICE), stack.events_of(BOB)) == (alices, bobs)  # approve ≠ run
+        done = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
+        assert done.status_code == 202 and done.json()["status"] == "completed", done.text
+        again = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
+        assert again.status_code == 403
+        assert stack.events_of(ALICE) == alices + 1 and stack.events_of(BOB) == bobs
+        assert len(stack.mails()) == mails
+        kinds = _complete_and_chained(stack, alice, plan_id)
+        assert kinds[0] == "plan_signed" and kinds[-2:] == ["execute_finished", "token_refused"]
+        writes = [(e["kind"], e.get("step")) for e in _stream(alice, plan_id)]
+        assert writes.count(("step_started", 5)) == 1 and ("step_finished", 5) in writes
+        assert not [w for w in writes if w[0] == "step_started" and w[1] != 5]
 
 
 def test_shopping_two_gates_budget_and_a_price_change(stack: Stack) -> None:
@@ -204,6 +275,9 @@ def test_shopping_two_gates_budget_and_a_price_change(stack: Stack) -> None:
         assert body["gates"] == ["gate-A", "gate-B"], body
         shortlist = body["preview"]["normalized"]["steps"]["2"]["shortlist"]
         assert shortlist and all(float(o["price"]) <= 30 for o in shortlist)
+        before = stack.sandbox("shop")
+        assert before["cart"] == [], before  # the preview put nothing in the cart
+        orders_before = len(before["orders"])
         pick = shortlist[0]
         token = alice.post(
             f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": {"item": pick["item"]}}
@@ -215,7 +289,7 @@ def test_shopping_two_gates_budget_and_a_price_change(stack: Stack) -> None:
         line = waiting["gate_preview"]["done"]["4"]
         assert line["quantity"] == 2 and line["cart_total"] == f"{2 * float(pick['price']):.2f}"
         shop = stack.sandbox("shop")
-        assert len(shop["cart"]) == 1 and shop["orders"] == []  # gate-B guards the purchase
+        assert len(shop["cart"]) == 1 and len(shop["orders"]) == orders_before  # gate-B guards it
         # the price moves between gate-A and gate-B: the purchase is refused as stale, naming it
         new_price = f"{float(pick['price']) + 1:.2f}"
         httpx.put(
@@ -227,18 +301,85 @@ def test_shopping_two_gates_budget_and_a_price_change(stack: Stack) -> None:
         stale = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-B": token}})
         assert stale.status_code == 409 and stale.json()["code"] == "stale_world", stale.text
         assert new_price in json.dumps(stale.json()["changes"])
-        assert stack.sandbox("shop")["orders"] == []
+        assert len(stack.sandbox("shop")["orders"]) == orders_before
         # look again, approve again: one purchase, one receipt
         assert alice.post(f"/v1/plans/{plan_id}/preview").status_code == 200
         token = alice.post(f"/v1/plans/{plan_id}/gates/gate-B/approve", json={}).json()["token"]
         done = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-B": token}})
         assert done.status_code == 202 and done.json()["status"] == "completed", done.text
         orders = stack.sandbox("shop")["orders"]
-        assert len(orders) == 1, orders
+        assert len(orders) == orders_before + 1, orders
+        assert stack.sandbox("shop")["cart"] == []
         receipts = [m for m in stack.mails(ALICE) if m["subject"] == "Your order"]
         assert len(receipts) == 1
         kinds = _complete_and_chained(stack, alice, plan_id)
         assert "gate_waiting" in kinds and kinds[-1] == "execute_finished"
+
+
+def test_shopping_over_the_budget_is_refused_before_gate_b(stack: Stack) -> None:
+    """The cart already holds a line Alice put there on the shop's own site; the plan's shortlist
+    keeps within "under 15 euros", but after gate-A's cart write the cart totals more than that:
+    gate-B's approval is refused (``over_budget``, naming the total and the limit) and nothing is
+    bought. The stray lines are taken out at the shop afterwards (the shop's own contract)."""
+    shop = stack.urls["shop"]
+    orders_before = len(stack.sandbox("shop")["orders"])
+    receipts_before = len([m for m in stack.mails(ALICE) if m["subject"] == "Your order"])
+    assert stack.sandbox("shop")["cart"] == []
+    there = httpx.post(f"{shop}/cart", json={"item": "cable-c", "quantity": 1}, timeout=10)
+    assert there.status_code == 200, there.text
+    try:
+        with stack.client() as alice:
+            body = alice.post(
+                "/v1/intents",
+                json={"text": "buy 1 usb cable under 15 euros and mail the receipt to "
+                      "alice@example.com"},
+            ).json()  # fmt: skip
+            plan_id = body["plan_id"]
+            assert body["gates"] == ["gate-A", "gate-B"], body
+            shortlist = body["preview"]["normalized"]["steps"]["2"]["shortlist"]
+            assert shortlist and all(float(o["total"]) <= 15 for o in shortlist), shortlist
+            pick = shortlist[0]
+            token = alice.post(
+                f"/v1/plans/{plan_id}/gates/gate-A/approve",
+                json={"choice": {"item": pick["item"]}},
+            ).json()["token"]
+            first = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
+            assert first.status_code == 202 and first.json()["waiting_gate"] == "gate-B"
+            total = first.json()["gate_preview"]["done"]["4"]["cart_total"]
+            assert float(total) > 15, total
+            over = alice.post(f"/v1/plans/{plan_id}/gates/gate-B/approve", json={})
+            assert over.status_code == 409 and over.json()["code"] == "over_budget", over.text
+            graph = alice.get(f"/v1/plans/{plan_id}").json()["plan"]["graph"]
+            buy = next(s["step"] for s in graph if s["call"] == "purchase")
+            assert over.json()["budget"] == {"step": buy, "limit": "15.00", "total": total}
+            assert total in over.json()["detail"] and "15.00" in over.json()["detail"]
+            # no token was issued: the plan still waits at gate-B and nothing runs the purchase
+            nothing = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+            assert nothing.status_code == 202, nothing.text
+            assert (nothing.json()["status"], nothing.json()["waiting_gate"]) == (
+                "waiting",
+                "gate-B",
+            )
+            assert len(stack.sandbox("shop")["orders"]) == orders_before
+            receipts = [m for m in stack.mails(ALICE) if m["subject"] == "Your order"]
+            assert len(receipts) == receipts_before
+            refusals = [
+                e
+                for e in alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
+                if e["kind"] == "approval_refused"
+            ]
+            assert [e["reason"] for e in refusals] == ["over_budget"], refusals
+            kinds = _complete_and_chained(stack, alice, plan_id)
+            assert "gate_waiting" in kinds
+            started = [
+                e.get("step") for e in _stream(alice, plan_id) if e["kind"] == "step_started"
+            ]
+            assert buy not in started and buy + 1 not in started  # neither purchase nor receipt
+    finally:
+        for line in stack.sandbox("shop")["cart"]:
+            httpx.delete(f"{shop}/cart/{line['id']}", timeout=10)
+    assert stack.sandbox("shop")["cart"] == []
+    assert len(stack.sandbox("shop")["orders"]) == orders_before
 
 
 def test_visa_watcher_from_a_sentence(stack: Stack) -> None:
@@ -252,6 +393,8 @@ def test_visa_watcher_from_a_sentence(stack: Stack) -> None:
         ).json()
         plan_id = body["plan_id"]
         assert body["gates"] == ["gate-A"], body
+        booked = "Visa appointment booked"
+        confirmations = len([m for m in stack.mails(ALICE) if m["subject"] == booked])
         httpx.post(f"{stack.urls['visa']}/_sandbox/slots", timeout=10)  # a slot is there now
         started = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
         assert started.status_code == 202 and started.json()["status"] == "handed_off"
@@ -275,13 +418,15 @@ def test_visa_watcher_from_a_sentence(stack: Stack) -> None:
         assert ok.status_code == 200, ok.text
         assert _until(lambda: len(stack.sandbox("visa")["bookings"]) == 1, 60)
         assert _until(
-            lambda: [m for m in stack.mails(ALICE) if m["subject"] == "Visa appointment booked"],
-            60,
+            lambda: [m for m in stack.mails(ALICE) if m["subject"] == booked][confirmations:], 60
         )
         assert _until(
             lambda: alice.get(f"/v1/plans/{plan_id}").json()["status"] == "completed", 60
         ), alice.get(f"/v1/plans/{plan_id}").json()["status"]
+        # the run has ended: exactly one booking and exactly one confirmation mail
         assert len(stack.sandbox("visa")["bookings"]) == 1
+        sent = [m for m in stack.mails(ALICE) if m["subject"] == booked]
+        assert len(sent) == confirmations + 1, sent
         kinds = _complete_and_chained(stack, alice, plan_id)
         assert "handed_off" in kinds and "gate_approved" in kinds
 
