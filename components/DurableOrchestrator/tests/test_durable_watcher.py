@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import shutil
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import (
+    Client,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -1333,3 +1337,219 @@ def test_verify_plan_stores_the_plan_with_its_plan_signed_row_once(
             text("SELECT actor, details FROM audit_log WHERE kind = 'plan_signed'")
         ).all()
     assert len(rows) == 1 and rows[0].details["plan_hash"] == doc["plan_hash"]
+
+
+# ---- what a person sees in the Temporal UI (issue 14) -------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _dev_server_worker(folder: Path, acts: DurableActivities) -> AsyncIterator[Client]:
+    """A real dev server (the one the UI reads) with search attributes, and a worker on it."""
+    from countersign.durable import connect
+    from countersign.durable.runtime import temporal_start, temporal_stop
+    from countersign.n8n import free_port
+
+    port, ui = free_port(), free_port()
+    temporal_start(folder, port=port, ui_port=ui)
+    try:
+        client = await connect(f"127.0.0.1:{port}")
+        async with make_worker(client, acts):
+            yield client
+    finally:
+        temporal_stop(folder)
+
+
+async def _current_details(handle: WorkflowHandle[Any, Any]) -> str:
+    """The run's current details, read the way the UI reads them (the SDK's metadata query)."""
+    meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    return str(meta.current_details)
+
+
+async def _labels(handle: WorkflowHandle[Any, Any]) -> tuple[list[str], list[str]]:
+    """The summaries of the run's activities and timers, in history order."""
+    history = await handle.fetch_history()
+    acts: list[str] = []
+    timers: list[str] = []
+    for e in history.events:
+        text_of = json.loads(e.user_metadata.summary.data) if e.user_metadata.summary.data else ""
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            acts.append(text_of)
+        elif e.HasField("timer_started_event_attributes"):
+            timers.append(text_of)
+    return acts, timers
+
+
+def _utc(at: datetime | None) -> str:
+    assert at is not None
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@pytest.mark.slow
+def test_the_temporal_ui_shows_what_a_watcher_does_on_a_dev_server(
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    sandbox: VisaSandbox,
+    smtp_server: SmtpSink,
+    tmp_path: Path,
+) -> None:
+    """The labels the Temporal UI shows, read back from a real dev server: the static summary and
+    details set at start, the current details as the watcher waits, finds and books, and the
+    summaries on every activity and timer of its history — the exact texts."""
+    from countersign.durable import start_watcher
+
+    sandbox.appear_after = 2
+    doc = _signed(registry, keyring)
+    pid = doc["plan"]["plan_id"]
+    acts = sandbox_activities(
+        db, keys=keyring, registry=registry, sandbox=sandbox, smtp=smtp_server
+    )
+    inp = WatchInput(
+        signed=doc,
+        user_id="alice@example.com",
+        watch_step=1,
+        gate_id="gate-A",
+        book_step=3,
+        notify_step=4,
+        poll_interval_s=3600,
+    )
+
+    async def status(handle: WorkflowHandle[Any, Any], polls: int, state: str) -> Any:
+        for _ in range(300):
+            st = await handle.query(WatcherWorkflow.status)
+            if st is not None and st.polls == polls and st.status == state:
+                return st
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"the watcher never reached {state} after {polls} polls")
+
+    async def go() -> None:
+        async with _dev_server_worker(tmp_path / "temporal", acts) as client:
+            handle = await start_watcher(client, inp)
+            described = await handle.describe()
+            assert await described.static_summary() == (
+                "Watcher · alice@example.com · visa.sandbox.find_slots · lisbon · 2027-03-01 · "
+                "2027-03-31 · hourly"
+            )
+            assert await described.static_details() == (
+                f"**Plan** `{pid}` · intent `watch_visa_slots` · hash `{doc['plan_hash'][:12]}…`"
+                "\n\n**Watches** step 1 hourly, at most 2000 polls within 720 h"
+                "\n\n**When found** gate-A asks the person; on approval step 3 "
+                "`visa.sandbox.book_slot` runs, then step 4 mails"
+                "\n\n**Cancel** from the chat card, `countersign cancel <plan_id>` or "
+                "`POST /v1/plans/<plan_id>/cancel`"
+            )
+            # after the first poll: nothing found, the next poll an hour away
+            st = await status(handle, 1, "watching")
+            assert await _current_details(handle) == (
+                f"**watching** · polls 1 · last {_utc(st.last_poll_at)} · "
+                f"next {_utc(st.next_poll_at)}"
+            )
+            # a shorter interval wakes it: the second poll finds the slot
+            await handle.signal(WatcherWorkflow.reconfigure, Reconfigure(poll_interval_s=60))
+            st = await status(handle, 2, "waiting_approval")
+            found = "{'id': 'slot-1', 'at': '2027-03-14T09:00:00Z'}"
+            assert await _current_details(handle) == (
+                f"**waiting_approval** · polls 2 · last {_utc(st.last_poll_at)} · next — · "
+                f"found `{found}`"
+            )
+            await handle.execute_update(
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
+            )
+            result = await handle.result()
+            assert result.status == "booked"
+            assert await _current_details(handle) == (
+                f"**booked** · polls 2 · last {_utc(st.last_poll_at)} · next — · found `{found}`"
+            )
+            activities, timers = await _labels(handle)
+            assert activities == [
+                "verify the signed plan",
+                "poll 1: step 1",
+                "poll 2: step 1",
+                "gate-A: redeem the person's approval",
+                "write step 3 (visa.sandbox.book_slot) · approved at gate-A",
+                "write step 4 (smtp.send) · approved at gate-A",
+                "record the outcome: booked",
+            ]
+            assert timers == ["next poll (hourly)", "gate-A: waiting for the person's decision"]
+
+    asyncio.run(go())
+    assert len(sandbox.bookings) == 1
+
+
+@pytest.mark.slow
+def test_the_temporal_ui_shows_what_a_plan_run_does_on_a_dev_server(
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    sandbox: VisaSandbox,
+    smtp_server: SmtpSink,
+    tmp_path: Path,
+) -> None:
+    """The plan interpreter gets the watcher's treatment: static summary and details (its steps,
+    the gate each write waits for), current details naming the gate it waits on and how it
+    ended, and a summary on every activity and on the gate's timer — read back from a real dev
+    server, exact texts."""
+    from countersign.durable import start_plan
+    from countersign.durable.models import PlanInput
+
+    sandbox.appear_after = 0
+    doc = _signed_plan(registry, keyring)
+    pid = doc["plan"]["plan_id"]
+    acts = sandbox_activities(
+        db, keys=keyring, registry=registry, sandbox=sandbox, smtp=smtp_server
+    )
+
+    async def go() -> None:
+        async with _dev_server_worker(tmp_path / "temporal", acts) as client:
+            handle = await start_plan(client, PlanInput(signed=doc, user_id="alice@example.com"))
+            described = await handle.describe()
+            assert await described.static_summary() == (
+                "Plan · book_visa_slot · alice@example.com · 5 steps · 1 gate"
+            )
+            assert await described.static_details() == (
+                f"**Plan** `{pid}` · intent `book_visa_slot` · hash `{doc['plan_hash'][:12]}…`"
+                " · for alice@example.com"
+                "\n\n**Steps**"
+                "\n1. read `visa.sandbox.find_slots`"
+                "\n2. read `visa.sandbox.find_slots`"
+                "\n3. gate `gate-A` — the person decides after 1, 2"
+                "\n4. write `visa.sandbox.book_slot` after 3"
+                "\n5. write `smtp.send` after 4"
+                "\n\n**Cancel** from the chat card, `countersign cancel <plan_id>` or "
+                "`POST /v1/plans/<plan_id>/cancel`"
+            )
+            for _ in range(300):
+                if (
+                    "waiting_approval"
+                    in (await handle.query(PlanExecutionWorkflow.status)).values()
+                ):
+                    break
+                await asyncio.sleep(0.2)
+            assert await _current_details(handle) == (
+                "**waiting_approval** · done 2/5 · waiting gate-A (step 3)"
+            )
+            token = _token(
+                db,
+                doc,
+                scopes=["mail.send", "visa.book"],
+                choice={"consulate": "porto", "slot": {"id": "slot-1"}},
+            )
+            await handle.execute_update(
+                PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+            )
+            assert (await handle.result()).status == "completed"
+            assert await _current_details(handle) == "**completed** · done 5/5"
+            activities, timers = await _labels(handle)
+            assert activities == [
+                "verify the signed plan",
+                "read step 1 (visa.sandbox.find_slots)",
+                "read step 2 (visa.sandbox.find_slots)",
+                "gate-A: redeem the person's approval",
+                "write step 4 (visa.sandbox.book_slot) · approved at gate-A",
+                "write step 5 (smtp.send) · approved at gate-A",
+                "record the outcome: completed",
+            ]
+            assert timers == ["gate-A (step 3): waiting for the person's decision"]
+
+    asyncio.run(go())
+    assert len(sandbox.bookings) == 1

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ResolveStep,
         StepCall,
     )
+    from .summary import plan_now, plan_step_summary
     from .workflows import (
         CANCEL_PATCH,
         finish,
@@ -77,6 +78,11 @@ class PlanExecutionWorkflow:
     def _timeout(self) -> timedelta:
         return timedelta(seconds=self._inp.activity_timeout_s if self._inp else 60)
 
+    def _show(self, *, ended: str | None = None) -> None:
+        """Keep the Temporal UI's current details on the run's progress (metadata: no command)."""
+        if self._inp is not None and self._status:
+            workflow.set_current_details(plan_now(self._inp.signed, self._status, ended=ended))
+
     @workflow.query
     def status(self) -> dict[str, str]:
         """Status per step (pending, running, waiting_approval, outcome_unknown, done, failed,
@@ -98,6 +104,7 @@ class PlanExecutionWorkflow:
             ),
             retry_policy=_ONCE,
             start_to_close_timeout=self._timeout(),
+            summary=f"{approval.gate_id}: redeem the person's approval",
         )
         self._choices[approval.gate_id] = choice
         self._decisions[approval.gate_id] = "approved"
@@ -122,6 +129,7 @@ class PlanExecutionWorkflow:
             ),
             retry_policy=_ONCE,
             start_to_close_timeout=self._timeout(),
+            summary=f"{rejection.gate_id}: record the person's rejection",
         )
         self._decisions[rejection.gate_id] = "rejected"
         return "rejected"
@@ -181,8 +189,10 @@ class PlanExecutionWorkflow:
             if not is_cancelled_exception(e) or not workflow.patched(CANCEL_PATCH):
                 raise
             stored = getattr(self, "_stored", False)
+            self._show(ended="cancelled")
             await shielded(record_cancel(inp.signed, inp.user_id, self._timeout(), stored))
             raise asyncio.CancelledError from e
+        self._show(ended=result.status)
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result
 
@@ -193,10 +203,12 @@ class PlanExecutionWorkflow:
             inp.signed,
             retry_policy=_ONCE,
             start_to_close_timeout=self._timeout(),
+            summary="verify the signed plan",
         )
         self._stored = True
         graph = {int(s["step"]): s for s in inp.signed["plan"]["graph"]}
         self._status = dict.fromkeys(graph, "pending")
+        self._show()
         outputs: dict[str, Any] = {}
         done_writes: list[DoneWrite] = []
         if workflow.patched("one-scheduler-v1"):
@@ -219,6 +231,9 @@ class PlanExecutionWorkflow:
                     ),
                     retry_policy=RetryPolicy(maximum_attempts=5),
                     start_to_close_timeout=self._timeout(),
+                    summary="compensate steps "
+                    + ", ".join(str(d.step) for d in reversed(done_writes))
+                    + f" (step {failed} failed)",
                 )
                 for c in compensated:
                     self._status[c] = "compensated"
@@ -239,6 +254,7 @@ class PlanExecutionWorkflow:
         done_writes: list[DoneWrite],
     ) -> None:
         self._status[n] = "done"
+        self._show()
         if not s["dry_run"] and not s.get("gate_id"):
             done_writes.append(DoneWrite(step=n, result=dict(r.get("result") or {})))
             outputs[str(n)] = r.get("result")
@@ -265,9 +281,11 @@ class PlanExecutionWorkflow:
                 r = await self._step(inp, graph[n], outputs)
             except _GateClosedError as e:
                 self._status[n] = e.status
+                self._show()
                 raise
             except BaseException as e:
                 self._status[n] = "failed"
+                self._show()
                 failed[n] = e
                 raise
             self._finished(n, graph[n], r, outputs, done_writes)
@@ -323,10 +341,12 @@ class PlanExecutionWorkflow:
         gate = s.get("gate_id")
         if gate:
             self._status[n] = "waiting_approval"
+            self._show()
             try:
                 await workflow.wait_condition(
                     lambda: gate in self._decisions,
                     timeout=timedelta(seconds=inp.approval_timeout_s),
+                    timeout_summary=plan_step_summary(inp.signed, n),
                 )
             except TimeoutError:
                 raise _GateClosedError("approval_timeout") from None
@@ -334,6 +354,7 @@ class PlanExecutionWorkflow:
                 raise _GateClosedError("rejected")
             return self._choices.get(gate)
         self._status[n] = "running"
+        self._show()
         call = StepCall(
             signed=inp.signed,
             user_id=inp.user_id,
@@ -347,6 +368,7 @@ class PlanExecutionWorkflow:
                 call,
                 retry_policy=RetryPolicy(maximum_attempts=5),
                 start_to_close_timeout=self._timeout(),
+                summary=plan_step_summary(inp.signed, n),
             )
         while True:
             try:
@@ -355,6 +377,7 @@ class PlanExecutionWorkflow:
                     call,
                     retry_policy=_WRITE,
                     start_to_close_timeout=self._timeout(),
+                    summary=plan_step_summary(inp.signed, n),
                 )
                 return {"result": result}
             except ActivityError as e:
@@ -362,8 +385,10 @@ class PlanExecutionWorkflow:
                     raise
             # never a blind retry: a person looks at the provider and resolves the step
             self._status[n] = "outcome_unknown"
+            self._show()
             self._unknown[n] = call
             self._resolved.discard(n)
             await workflow.wait_condition(lambda: n in self._resolved)
             self._unknown.pop(n, None)
             self._status[n] = "running"
+            self._show()

@@ -9,7 +9,16 @@ from typing import Any
 
 from .models import WatchInput, WatchState
 
-__all__ = ["every", "plan_summary", "watch_details", "watch_now", "watch_summary"]
+__all__ = [
+    "every",
+    "plan_details",
+    "plan_now",
+    "plan_step_summary",
+    "plan_summary",
+    "watch_details",
+    "watch_now",
+    "watch_summary",
+]
 
 _POLL_ARGS = {"poll_interval_s", "max_polls", "max_lifetime_s"}
 
@@ -109,3 +118,86 @@ def plan_summary(signed: dict[str, Any], user_id: str) -> str:
             f"{gates} gate{'s' if gates != 1 else ''}",
         ]
     )[:200]
+
+
+def _op(step: dict[str, Any]) -> str:
+    return f"{step.get('uses', '?')}.{step.get('call', '?')}"
+
+
+def _gates_before(graph: list[dict[str, Any]], n: int) -> list[str]:
+    """The gates step ``n`` depends on (through its ``after`` steps), in step order."""
+    by_step = {int(s.get("step", 0)): s for s in graph}
+    seen: set[int] = set()
+    todo = list(by_step.get(n, {}).get("after", []))
+    while todo:
+        d = int(todo.pop())
+        if d not in seen:
+            seen.add(d)
+            todo.extend(by_step.get(d, {}).get("after", []))
+    return [str(by_step[d]["gate_id"]) for d in sorted(seen) if by_step.get(d, {}).get("gate_id")]
+
+
+def plan_step_summary(signed: dict[str, Any], n: int) -> str:
+    """What the Temporal UI shows on a plan step's activity or timer: ``read step 1
+    (visa.sandbox.find_slots)``, ``write step 4 (visa.sandbox.book_slot) · approved at gate-A``,
+    ``gate-A (step 3): waiting for the person's decision``."""
+    step = _step(signed, n)
+    if step.get("gate_id"):
+        return f"{step['gate_id']} (step {n}): waiting for the person's decision"[:200]
+    if step.get("dry_run"):
+        return f"read step {n} ({_op(step)})"[:200]
+    gates = _gates_before(signed.get("plan", {}).get("graph", []), n)
+    approved = f" · approved at {', '.join(gates)}" if gates else ""
+    return f"write step {n} ({_op(step)}){approved}"[:200]
+
+
+def plan_details(signed: dict[str, Any], user_id: str) -> str:
+    """The details pane of a ``PlanExecutionWorkflow`` (Markdown): the plan, its steps in order
+    (reads, gates, writes and the gates each write waits for), how to cancel. No signature, token,
+    argument value or secret."""
+    plan = signed.get("plan", {})
+    graph = plan.get("graph", [])
+    steps = []
+    for s in graph:
+        n = int(s.get("step", 0))
+        after = f" after {', '.join(str(a) for a in s.get('after', []))}" if s.get("after") else ""
+        if s.get("gate_id"):
+            steps.append(f"{n}. gate `{s['gate_id']}` — the person decides{after}")
+        else:
+            kind = "read" if s.get("dry_run") else "write"
+            steps.append(f"{n}. {kind} `{_op(s)}`{after}")
+    lines = [
+        f"**Plan** `{plan.get('plan_id', '?')}` · intent `{plan.get('intent', {}).get('intent', '?')}`"
+        f" · hash `{str(signed.get('plan_hash', ''))[:12]}…` · for {user_id}",
+        "**Steps**\n" + "\n".join(steps),
+        "**Cancel** from the chat card, `countersign cancel <plan_id>` or "
+        "`POST /v1/plans/<plan_id>/cancel`",
+    ]
+    return "\n\n".join(lines)
+
+
+def plan_now(signed: dict[str, Any], status: dict[int, str], *, ended: str | None = None) -> str:
+    """The live line of a ``PlanExecutionWorkflow``: ``**running** · done 2/5 · running step 4
+    (visa.sandbox.book_slot) · waiting gate-A (step 3)`` — or how it ended."""
+    done = sum(1 for v in status.values() if v == "done")
+    head = ended or (
+        "waiting_approval"
+        if any(v == "waiting_approval" for v in status.values())
+        else "outcome_unknown"
+        if any(v == "outcome_unknown" for v in status.values())
+        else "running"
+    )
+    parts = [f"**{head}**", f"done {done}/{len(status)}"]
+    for label, wanted in (("running", "running"), ("unknown outcome", "outcome_unknown")):
+        steps = [n for n, v in sorted(status.items()) if v == wanted]
+        if steps:
+            ops = ", ".join(f"step {n} ({_op(_step(signed, n))})" for n in steps)
+            parts.append(f"{label} {ops}")
+    gates = [n for n, v in sorted(status.items()) if v == "waiting_approval"]
+    if gates:
+        waits = ", ".join(f"{_step(signed, n).get('gate_id', '?')} (step {n})" for n in gates)
+        parts.append(f"waiting {waits}")
+    other = [f"{n} {v}" for n, v in sorted(status.items()) if v in {"failed", "compensated"}]
+    if other:
+        parts.append("steps " + ", ".join(other))
+    return " · ".join(parts)[:400]

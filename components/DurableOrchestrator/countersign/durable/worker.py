@@ -34,7 +34,7 @@ from .activities import DurableActivities
 from .models import PlanInput, WatchInput
 from .plan_workflow import PlanExecutionWorkflow
 from .runtime import SEARCH_ATTRIBUTES
-from .summary import plan_summary, watch_details, watch_summary
+from .summary import plan_details, plan_summary, watch_details, watch_summary
 from .workflows import WatcherWorkflow
 
 __all__ = [
@@ -168,6 +168,7 @@ async def start_plan(
         search_attributes=attrs,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=plan_summary(inp.signed, inp.user_id),
+        static_details=plan_details(inp.signed, inp.user_id),
     )
 
 

@@ -121,6 +121,7 @@ async def finish(signed: dict[str, Any], user_id: str, outcome: str, timeout: ti
             ),
             retry_policy=RetryPolicy(maximum_attempts=10),
             start_to_close_timeout=timeout,
+            summary=f"record the outcome: {outcome}",
         )
 
 
@@ -135,6 +136,7 @@ async def record_cancel(
             signed,
             retry_policy=_ONCE,
             start_to_close_timeout=timeout,
+            summary="verify the signed plan",
         )
     await finish(signed, user_id, "cancelled", timeout)
 
@@ -221,6 +223,7 @@ class WatcherWorkflow:
             ),
             retry_policy=_ONCE,
             start_to_close_timeout=self._timeout(),
+            summary=f"{approval.gate_id}: redeem the person's approval",
         )
         if self._decision is None:
             self._choice = choice
@@ -246,6 +249,7 @@ class WatcherWorkflow:
             ),
             retry_policy=_ONCE,
             start_to_close_timeout=self._timeout(),
+            summary=f"{rejection.gate_id}: record the person's rejection",
         )
         if self._decision is None:
             self._decision = "rejected"
@@ -337,6 +341,7 @@ class WatcherWorkflow:
                 inp.signed,
                 retry_policy=_ONCE,
                 start_to_close_timeout=self._timeout(),
+                summary="verify the signed plan",
             )
             self._stored = True
             if inp.start_gate_id is not None:  # approved when watching started: check it
