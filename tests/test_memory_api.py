@@ -81,17 +81,73 @@ def _holding(db: Database, needle: str, *, exact: bool) -> dict[str, int]:
     return out
 
 
-def _executions_holding(n8n: N8nHandle, needles: list[str]) -> int:
-    async def scan() -> int:
-        found = 0
+#: columns an export leaves out: hashes of secrets, the vector and the tsvector (ContextRAG §4)
+_UNEXPORTED = {"key_hash", "session_hash", "link_hash", "token_hash", "csrf", "embedding", "tsv"}
+
+
+def _rows_about(db: Database, user_id: str, plan_ids: list[str]) -> dict[str, set[str]]:
+    """table → the rows (as sorted JSON, unexported columns left out) that have a column equal
+    to ``user_id`` or holding one of ``plan_ids``, and the turns of the user's conversations:
+    found by walking every column of every table, independently of ``USER_TABLES``."""
+    by_table: dict[str, list[tuple[str, str]]] = {}
+    for table, column, kind in _columns(db):
+        by_table.setdefault(table, []).append((column, kind))
+    out: dict[str, set[str]] = {}
+    with db.tx() as c:
+        for table, columns in by_table.items():
+            conds = []
+            for column, kind in columns:
+                value = (
+                    f"convert_from(\"{column}\", 'UTF8')"
+                    if kind == "bytea"
+                    else f'CAST("{column}" AS text)'
+                )
+                conds.append(f"{value} = :u")
+                conds.append(
+                    f"EXISTS (SELECT 1 FROM unnest(CAST(:p AS text[])) p WHERE strpos({value}, p) > 0)"
+                )
+            if table == "conversation_turns":
+                conds.append(
+                    "conversation_id IN (SELECT conversation_id FROM conversations WHERE user_id = :u)"
+                )
+            rows = c.execute(
+                text(f'SELECT to_jsonb(t) FROM "{table}" t WHERE {" OR ".join(conds)}'),
+                {"u": user_id, "p": plan_ids},
+            ).scalars()
+            kept = {
+                json.dumps(
+                    {
+                        k: v
+                        for k, v in r.items()
+                        if k not in _UNEXPORTED and (table, k) != ("plans", "canonical")
+                    },
+                    sort_keys=True,
+                )
+                for r in rows
+            }
+            if kept:
+                out[table] = kept
+    return out
+
+
+def _executions(n8n: N8nHandle, needles: list[str]) -> dict[str, str | None]:
+    """id → workflow name of every n8n execution whose data holds one of ``needles``."""
+
+    async def scan() -> dict[str, str | None]:
+        found: dict[str, str | None] = {}
         async with N8nClient(n8n.base_url, n8n.api_key) as client:
             async for page in client.execution_pages(include_data=True):
                 for ex in page:
                     blob = json.dumps(ex).lower()
-                    found += any(n.lower() in blob for n in needles)
+                    if any(n.lower() in blob for n in needles):
+                        found[str(ex["id"])] = (ex.get("workflowData") or {}).get("name")
         return found
 
     return asyncio.run(scan())
+
+
+def _executions_holding(n8n: N8nHandle, needles: list[str]) -> int:
+    return len(_executions(n8n, needles))
 
 
 def test_memory_fills_the_plan_drop_replans_export_and_forget(
@@ -193,20 +249,56 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
             )
         bob_plan = bob.post("/v1/intents", json=_meeting([BOB])).json()["plan_id"]
 
-        # export holds every row that names alice, in every table
-        export = alice.get("/v1/memory/export").json()
-        before = _holding(api.db, ALICE, exact=True)
-        assert before, "the set-up stored nothing?"
-        for where, n in before.items():
-            table = where.split(".")[0]
-            if table == "audit_log":
-                continue  # audit rows are exported by actor or plan: checked below
-            assert len(export["tables"][table]) >= n, where
-        assert {first, carol_plan} <= {p["plan_id"] for p in export["tables"]["plans"]}
-        assert export["tables"]["profile_prefs"] and export["tables"]["history_facts"]
-        assert export["tables"]["plan_library"] and export["tables"]["approval_tokens"]
-        assert "key_hash" not in json.dumps(export["tables"]["api_users"])
-        assert _executions_holding(n8n, [carol_plan]) > 0  # the preview ran on n8n
+        # export holds exactly the rows about alice, in every table: every row with a column
+        # equal to her id or holding one of her plan ids (found by walking every column), and
+        # nothing else — bob's rows stay out
+        r = alice.get("/v1/memory/export")
+        assert r.status_code == 200, r.text
+        export = r.json()
+        with api.db.tx() as c:
+            mine = sorted(
+                c.execute(
+                    text("SELECT plan_id FROM plans WHERE user_id = :u"), {"u": ALICE}
+                ).scalars()
+            )
+        plans = sorted(p["plan_id"] for p in export["tables"]["plans"])
+        assert plans == mine and {first, carol_plan} <= set(plans) and bob_plan not in plans
+        stored = _rows_about(api.db, ALICE, plans)
+        exported = {
+            t: {json.dumps(row, sort_keys=True) for row in rows}
+            for t, rows in export["tables"].items()
+            if rows
+        }
+        assert exported == stored
+        for table in ("profile_prefs", "history_facts", "plan_library", "approval_tokens"):
+            assert exported[table], table  # the set-up stored each of them
+        assert not any(set(row) & _UNEXPORTED for rows in export["tables"].values() for row in rows)
+        # the audit rows: by actor or one of her plans, by their sequence numbers
+        with api.db.tx() as c:
+            audit_seqs = set(
+                c.execute(
+                    text("SELECT seq FROM audit_log WHERE actor = :u OR plan_id = ANY(:p)"),
+                    {"u": ALICE, "p": plans},
+                ).scalars()
+            )
+            bobs = set(
+                c.execute(
+                    text("SELECT seq FROM audit_log WHERE plan_id = :p"), {"p": bob_plan}
+                ).scalars()
+            )
+        assert {a["seq"] for a in export["tables"]["audit_log"]} == audit_seqs
+        assert bobs and not bobs & audit_seqs
+        assert {"consent_changed", "plan_signed"} <= {
+            a["kind"] for a in export["tables"]["audit_log"]
+        }
+        # n8n: a summary of every execution of her plans (their data stays in n8n)
+        assert export["complete"] is True and export["runtimes"]["temporal"] is None
+        runs = _executions(n8n, plans)
+        assert runs and _executions_holding(n8n, [carol_plan]) > 0  # the previews ran on n8n
+        listed = export["runtimes"]["n8n"]["executions"]
+        assert {e["execution_id"]: e["workflow_name"] for e in listed} == runs
+        assert all(e["started_at"] and e["status"] and e["workflow_id"] for e in listed)
+        assert not set(_executions(n8n, [bob_plan])) & set(runs)
 
         # forget one subject: no column anywhere mentions it, n8n's executions neither
         r = alice.post("/v1/memory/forget", json={"subject": "carol"})
@@ -219,7 +311,6 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
         assert alice.get(f"/v1/plans/{first}").status_code == 200  # the rest stays
 
         # forget everything: no column equals alice's id; bob keeps his; the chain verifies
-        plans = [p["plan_id"] for p in export["tables"]["plans"]]
         r = alice.post("/v1/memory/forget", json={"all": True})
         assert r.status_code == 200, r.text
         assert ALICE not in json.dumps(r.json())

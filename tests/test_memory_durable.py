@@ -147,6 +147,14 @@ def test_forget_deletes_the_persons_temporal_runs(
         assert started.json()["status"] == "handed_off", started.text
         assert _until(lambda: _runs(temporal, plan_id) == [f"watch-{plan_id}"])
 
+        # the export lists the run (ids, type, status, times)
+        export = alice.get("/v1/memory/export").json()
+        assert export["complete"] is True
+        [run] = export["runtimes"]["temporal"]["runs"]
+        assert run["workflow_id"] == f"watch-{plan_id}" and run["plan_id"] == plan_id
+        assert run["workflow_type"] == "WatcherWorkflow" and run["status"] == "RUNNING"
+        assert run["run_id"] and run["started_at"] and run["closed_at"] is None
+
         # Temporal down: refused before any row is deleted, the failure audited without content
         temporal_stop(dev_server.folder)
         r = alice.post("/v1/memory/forget", json={"all": True})
@@ -159,6 +167,10 @@ def test_forget_deletes_the_persons_temporal_runs(
         assert problem["retry"].startswith("POST /v1/memory/forget again"), problem
         assert ALICE not in r.text and plan_id not in r.text
         assert alice.get(f"/v1/plans/{plan_id}").status_code == 200  # nothing deleted yet
+        export = alice.get("/v1/memory/export").json()  # says what it could not read
+        assert export["complete"] is False
+        assert export["runtimes"]["temporal"] == {"error": "temporal_unavailable"}
+        assert [p["plan_id"] for p in export["tables"]["plans"]] == [plan_id]
         with watching.db.tx() as c:
             incomplete = c.execute(
                 text(

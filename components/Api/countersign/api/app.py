@@ -735,9 +735,10 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         return await service.forget(who.user_id, body.to_json())
 
     @app.get("/v1/memory/export", tags=["memory"])
-    def export(who: Caller) -> Response:
-        """One JSON document with everything stored about the caller."""
-        return _json_response(service.memory.export(who.user_id))
+    async def export(who: Caller) -> Response:
+        """One JSON document with everything stored about the caller: their rows in every table
+        and a summary of their n8n executions and Temporal runs."""
+        return _json_response(await service.export(who.user_id))
 
     @app.post("/v1/plans/{plan_id}/preview", tags=["plans"])
     async def preview(plan_id: str, who: Caller) -> dict[str, Any]:

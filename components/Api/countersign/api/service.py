@@ -19,12 +19,13 @@ from sqlalchemy import text
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 from ulid import ULID
 
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
-from countersign.contextrag import ForgetChangedError, MemoryStore
+from countersign.contextrag import ForgetChangedError, ForgetTargets, MemoryStore
 from countersign.durable import (
     ApproveGate,
     PlanExecutionWorkflow,
@@ -76,6 +77,10 @@ from .events import EventLog
 from .reads import Reads
 
 __all__ = ["PlanService", "execution_matcher", "gates_of"]
+
+_PLAN_ID = SearchAttributeKey.for_keyword("plan_id")
+#: runtime records as JSON objects (``list`` is a method name inside PlanService)
+_Records = list[dict[str, Any]]
 
 
 @dataclass
@@ -515,8 +520,7 @@ class PlanService:
             except CountersignError as e:
                 pending["temporal"] = e.code
             try:
-                needles = [n.lower() for n in targets.needles]
-                erased["n8n_executions_deleted"] = await self._erase_executions(needles)
+                erased["n8n_executions_deleted"] = await self._erase_executions(targets)
             except CountersignError as e:
                 pending["n8n"] = e.code
             if pending:
@@ -541,7 +545,7 @@ class PlanService:
                     body,
                     audit=self.audit,
                     erased=erased,
-                    expected=targets.needles,
+                    expected=targets.plan_ids,
                 )
             except ForgetChangedError:
                 continue  # a plan was made meanwhile: erase its records too, then delete
@@ -577,21 +581,102 @@ class PlanService:
                 ) from e
         return deleted
 
-    async def _erase_executions(self, needles: Sequence[str]) -> int | None:
+    async def _executions_of(
+        self, plan_ids: Sequence[str], *, mentioning: tuple[Sequence[str], str] | None = None
+    ) -> _Records | None:
+        """The n8n executions of these plans: those whose data holds one of ``plan_ids`` as a
+        whole word (every step call carries its plan id), or, with ``mentioning`` (more plan
+        ids, a subject), one of those that also mentions the subject. None: no n8n runtime.
+        An execution that holds none of the plan ids is another person's or the system's,
+        even when it mentions the person (ContextRAG SPEC §4)."""
         client = getattr(self.transport, "client", None)
-        if not isinstance(client, N8nClient) or not needles:
+        if not isinstance(client, N8nClient):
             return None  # no n8n runtime configured: nothing ran there
-        # whole words only: forgetting user "local" must not take every execution that
-        # mentions "localhost" (a plan id, an e-mail, a subject still match inside URLs and text)
-        holds = execution_matcher(needles)
-        doomed: list[str] = []
+        wholly = execution_matcher([p.lower() for p in plan_ids]) if plan_ids else None
+        others, subject = mentioning or ((), "")
+        partly = execution_matcher([p.lower() for p in others]) if others else None
+        names = execution_matcher([subject.lower()]) if subject else None
+        if wholly is None and (partly is None or names is None):
+            return []
+        # whole words only: forgetting "local" must not take every execution that mentions
+        # "localhost" (a plan id, an e-mail, a subject still match inside URLs and text)
+        found: _Records = []
         async for page in client.execution_pages(include_data=True):
             for ex in page:
-                if holds.search(json.dumps(ex, default=str, ensure_ascii=False).lower()):
-                    doomed.append(str(ex["id"]))
-        for eid in doomed:
-            await client.delete_execution(eid)
-        return len(doomed)
+                blob = json.dumps(ex, default=str, ensure_ascii=False).lower()
+                if (wholly is not None and wholly.search(blob)) or (
+                    partly is not None
+                    and names is not None
+                    and partly.search(blob)
+                    and names.search(blob)
+                ):
+                    found.append(ex)
+        return found
+
+    async def _erase_executions(self, targets: ForgetTargets) -> int | None:
+        """Delete the person's n8n executions a forget takes (:meth:`_executions_of`)."""
+        client = getattr(self.transport, "client", None)
+        mentioning = (targets.own_plan_ids, targets.subject) if targets.subject else None
+        found = await self._executions_of(targets.plan_ids, mentioning=mentioning)
+        if found is None or not isinstance(client, N8nClient):
+            return None
+        for ex in found:
+            await client.delete_execution(str(ex["id"]))
+        return len(found)
+
+    async def _runs_of(self, plan_ids: Sequence[str]) -> _Records | None:
+        """Summaries of the Temporal runs of these plans (None: no Temporal client)."""
+        if self.temporal is None:
+            return None
+        runs: _Records = []
+        for i in range(0, len(plan_ids), 50):
+            query = "plan_id IN (" + ", ".join(f"'{p}'" for p in plan_ids[i : i + 50]) + ")"
+            try:
+                async for wf in self.temporal.list_workflows(query):
+                    plan = wf.typed_search_attributes.get(_PLAN_ID)
+                    runs.append(
+                        {
+                            "workflow_id": wf.id,
+                            "run_id": wf.run_id,
+                            "workflow_type": wf.workflow_type,
+                            "plan_id": plan,
+                            "status": wf.status.name if wf.status is not None else None,
+                            "started_at": format_utc(wf.start_time),
+                            "closed_at": format_utc(wf.close_time) if wf.close_time else None,
+                        }
+                    )
+            except RPCError as e:
+                raise TemporalUnavailableError(
+                    f"export: Temporal could not list runs ({e.status.name}): {e.message}"
+                ) from e
+        return runs
+
+    async def export(self, user_id: str) -> dict[str, Any]:
+        """Everything stored about the caller (ContextRAG SPEC §4): every row of theirs in the
+        tables, and a summary of each runtime record a forget of everything would erase — the
+        n8n executions of their plans (id, workflow id and name, times, status) and the
+        Temporal runs of their plans (ids, type, status, times). A runtime that cannot be read
+        is named under ``runtimes.<store>.error`` and ``complete`` is false."""
+        out = await asyncio.to_thread(self.memory.export, user_id)
+        plan_ids = [str(p["plan_id"]) for p in out["tables"].get("plans", [])]
+        runtimes: dict[str, Any] = {}
+        try:
+            found = await self._executions_of(plan_ids)
+            runtimes["n8n"] = (
+                None
+                if found is None
+                else {"executions": sorted((_execution_summary(e) for e in found), key=_by_id)}
+            )
+        except CountersignError as e:
+            runtimes["n8n"] = {"error": e.code}
+        try:
+            runs = await self._runs_of(plan_ids) if plan_ids or self.temporal is None else []
+            runtimes["temporal"] = None if runs is None else {"runs": runs}
+        except CountersignError as e:
+            runtimes["temporal"] = {"error": e.code}
+        out["runtimes"] = runtimes
+        out["complete"] = not any(isinstance(v, dict) and "error" in v for v in runtimes.values())
+        return out
 
     def revised(self, parent: str, child: str, user_id: str, changed: Sequence[str]) -> None:
         """Record that ``child`` revises ``parent`` (audited on both plans' event streams)."""
@@ -752,3 +837,22 @@ def execution_matcher(needles: Sequence[str]) -> re.Pattern[str]:
 
 def _plan_id_ok(plan_id: str) -> bool:
     return len(plan_id) == 26 and plan_id.isalnum()
+
+
+def _execution_summary(ex: Mapping[str, Any]) -> dict[str, Any]:
+    """What an export lists of one n8n execution (its data stays in n8n: the ids lead to it)."""
+    workflow = ex.get("workflowData") if isinstance(ex.get("workflowData"), Mapping) else {}
+    return {
+        "execution_id": str(ex.get("id")),
+        "workflow_id": ex.get("workflowId"),
+        "workflow_name": workflow.get("name") if workflow else None,
+        "status": ex.get("status"),
+        "mode": ex.get("mode"),
+        "started_at": ex.get("startedAt"),
+        "stopped_at": ex.get("stoppedAt"),
+    }
+
+
+def _by_id(summary: Mapping[str, Any]) -> tuple[int, str]:
+    eid = str(summary["execution_id"])
+    return (int(eid), eid) if eid.isdigit() else (0, eid)

@@ -109,12 +109,15 @@ class ForgetChangedError(CountersignError):
 
 @dataclass(frozen=True)
 class ForgetTargets:
-    """What one forget takes: ``scope`` (``all`` / ``subject``), the plan ids, and the needles
-    (the user id or the subject, and the plan ids) runtime records are searched for."""
+    """What one forget takes (SPEC §4): ``scope`` (``all`` / ``subject``), ``plan_ids`` the
+    plans taken wholly (with every runtime record of theirs), ``own_plan_ids`` every plan of the
+    person (a runtime record is theirs when it holds one), ``subject`` (None for ``all``): a
+    record of theirs that mentions it goes too."""
 
     scope: str
     plan_ids: tuple[str, ...]
-    needles: tuple[str, ...]
+    own_plan_ids: tuple[str, ...]
+    subject: str | None
 
 
 class ExemplarSource(Protocol):
@@ -510,14 +513,16 @@ class MemoryStore:
         return p, [subject, *p]
 
     def forget_targets(self, user_id: str, body: Mapping[str, Any]) -> ForgetTargets:
-        """What a forget would take (read only): its plan ids and the needles the runtimes'
-        records (n8n executions, Temporal runs) are searched for. The Api erases those records
+        """What a forget would take (read only): the plan ids and the subject the runtimes'
+        records (n8n executions, Temporal runs) are matched with. The Api erases those records
         *before* :meth:`forget` deletes the rows that name the plans (SPEC §4), so a runtime that
         is down leaves everything findable for the next attempt."""
         req = parse_contract(ForgetRequest, body, what="memory forget")
         with self.db.tx() as c:
-            p, needles = self._targets(c, user_id, req)
-        return ForgetTargets("all" if req.all else "subject", tuple(p), tuple(needles))
+            p, _ = self._targets(c, user_id, req)
+            own = p if req.all else self._plan_ids(c, user_id)
+        scope = "all" if req.all else "subject"
+        return ForgetTargets(scope, tuple(p), tuple(own), None if req.all else req.subject)
 
     def forget_incomplete(
         self,
@@ -561,7 +566,7 @@ class MemoryStore:
         Returns what it did and the needles (plan ids, the user id or the subject) the runtime's
         execution records are searched for.
 
-        ``expected``: the needles whose runtime records were erased before (from
+        ``expected``: the plan ids whose runtime records were erased before (from
         :meth:`forget_targets`); a forget that would now take a plan outside them (made in
         between) deletes nothing and raises :class:`ForgetChangedError`, so no plan id is
         deleted before its records are.
