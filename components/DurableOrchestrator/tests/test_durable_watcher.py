@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -1553,3 +1553,108 @@ def test_the_temporal_ui_shows_what_a_plan_run_does_on_a_dev_server(
 
     asyncio.run(go())
     assert len(sandbox.bookings) == 1
+
+
+# ---- poll errors back off (issue 14) -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _failing_front(upstream: str, failures: int) -> Iterator[tuple[str, list[int]]]:
+    """A real HTTP server in front of the sandbox visa service: its first ``failures`` requests
+    are answered 503 (the provider is down), later ones are passed on. Yields its URL and the
+    status of every request it answered."""
+    import http.server
+    import threading
+
+    import httpx
+
+    answered: list[int] = []
+
+    class Front(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if len(answered) < failures:
+                status, body = 503, b'{"error": "down for maintenance"}'
+            else:
+                r = httpx.get(upstream + self.path, timeout=10)
+                status, body = r.status_code, r.content
+            answered.append(status)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Front)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", answered
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_poll_errors_back_off_and_count_as_polls(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """The provider is down for the first five polls (each poll's five attempts answered 503),
+    then answers: the waits between polls double per poll error in a row — ×2, ×4, ×8, ×16, then
+    capped at ×16 — and drop back to the interval after the first good poll (±10 % jitter each,
+    read from the history's timers). Every poll counts toward the budget (8 polls: 5 failed, 3
+    answered); only the answered ones reach the provider and the plan's log (``watcher_polled``),
+    and the status query names the errors in a row."""
+    failing_polls, attempts = 5, 5  # _POLL_RETRY.maximum_attempts
+
+    async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
+        handle = await _start(env, doc, max_polls=8)
+        await _until(env, handle, "done", step_h=6, max_days=20)
+        result = await handle.result()
+        history = await handle.fetch_history()
+        waits = [
+            e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds()
+            for e in history.events
+            if e.HasField("timer_started_event_attributes")
+        ]
+        await _replay(env, handle.id)
+        return doc, result, waits
+
+    with _failing_front(sandbox.url, failing_polls * attempts) as (url, answered):
+        settings = {
+            "visa_base_url": url,
+            "smtp_host": smtp_server.host,
+            "smtp_port": str(smtp_server.port),
+            "smtp_from": "countersign@example.com",
+        }
+        acts = DurableActivities(db, keys=keyring, registry=registry, settings=settings)
+
+        async def go() -> Any:
+            async with time_skipping_worker(acts) as env:
+                return await body(env, _signed(registry, keyring))
+
+        doc, result, waits = asyncio.run(go())
+
+    assert result.status == "budget_exhausted" and result.polls == 8
+    # the wait after each poll, as a multiple of the hourly interval (jitter within ±10 %)
+    factors = [w / 3600 for w in waits]
+    expected = [2, 4, 8, 16, 16, 1, 1]  # no wait after the 8th poll: the budget is spent
+    assert len(factors) == len(expected), factors
+    for got, want in zip(factors, expected, strict=True):
+        assert 0.9 * want <= got <= 1.1 * want, (factors, expected)
+    assert answered == [503] * (failing_polls * attempts) + [200] * 3
+    assert sandbox.searches == 3
+    with db.tx() as c:
+        polled = [
+            str(r[0])
+            for r in c.execute(
+                text(
+                    "SELECT status FROM audit_log WHERE plan_id = :p AND kind = 'watcher_polled' "
+                    "ORDER BY seq"
+                ),
+                {"p": doc["plan"]["plan_id"]},
+            )
+        ]
+    assert polled == ["nothing"] * 3
+    assert _finished(db, doc) == ["budget_exhausted"]
