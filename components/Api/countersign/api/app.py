@@ -404,6 +404,12 @@ async def _reconcile_passes(service: PlanService, every_s: float) -> None:
             last = now
 
 
+async def _stop_task(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def create_app(service: PlanService, users: UserStore, config: ApiConfig | None = None) -> FastAPI:
     """The ASGI app over one composed service."""
     cfg = config or ApiConfig()
@@ -444,7 +450,7 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
                     await service.reconcile_durable()
                 if cfg.reconcile_every_s > 0:
                     passes = asyncio.create_task(_reconcile_passes(service, cfg.reconcile_every_s))
-                    stack.callback(passes.cancel)
+                    stack.push_async_callback(_stop_task, passes)
             if hub is not None:
                 await hub.start()
                 stack.push_async_callback(hub.stop)
