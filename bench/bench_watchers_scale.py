@@ -35,10 +35,13 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from temporalio.client import WorkflowHandle
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
@@ -188,7 +191,16 @@ async def bench(a: argparse.Namespace) -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-watchers-"))
     port, ui = free_port(), free_port()
     pragmas = dict(kv.split("=", 1) for kv in a.pragma) if a.pragma else None
-    temporal_start(tmp / "temporal", port=port, ui_port=ui, sqlite_pragmas=pragmas)
+    dynamic = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in a.dc)} if a.dc else None
+    metrics_port = free_port()
+    temporal_start(
+        tmp / "temporal",
+        port=port,
+        ui_port=ui,
+        sqlite_pragmas=pragmas,
+        dynamic_config=dynamic,
+        metrics_port=metrics_port,
+    )
     server = _tree(int((tmp / "temporal" / "temporal.pid").read_text().split()[0]))
     ThreadingHTTPServer.request_queue_size = 1024
     visa = ThreadingHTTPServer(("127.0.0.1", 0), Visa)
@@ -282,11 +294,14 @@ async def bench(a: argparse.Namespace) -> list[str]:
             for ev in hist.events:
                 ms = (ev.event_time.ToDatetime() - t_first).total_seconds() * 1000
                 print(f"  {ms:8.1f} ms  {ev.event_type}", file=sys.stderr)
+        if a.metrics:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as r:
+                Path(a.metrics).write_bytes(r.read())
         split = ", ".join(f"{k} {(c1[k] - c0[k]) / total * 100:.0f} %" for k in c1)
         lines.append(
             f"| one-poll watchers (verify + 1 poll + finish), {a.burst} started at once | "
             f"started {a.burst / started:.0f} /s (client); completed {a.burst / total:.1f} /s end to end; "
-            f"CPU of one core while they ran: {split} |"
+            f"CPU of one core while they ran: {split} (load average {os.getloadavg()[0]:.1f}) |"
         )
         print(lines[-1], file=sys.stderr, flush=True)
 
@@ -297,12 +312,12 @@ async def bench(a: argparse.Namespace) -> list[str]:
         gets0, c0 = len(GETS), cpu_split()
         sem = asyncio.Semaphore(a.inflight)
 
-        async def start_one(d: dict[str, Any]) -> None:
+        async def start_one(d: dict[str, Any]) -> WorkflowHandle[Any, Any]:
             async with sem:
-                await start_watcher(client, watch(d, poll_interval_s=86_400))
+                return await start_watcher(client, watch(d, poll_interval_s=86_400))
 
         t0 = time.perf_counter()
-        await asyncio.gather(*(start_one(d) for d in idle_docs))
+        idle = await asyncio.gather(*(start_one(d) for d in idle_docs))
         start_s = time.perf_counter() - t0
         last, stalled = len(GETS), 0
         while len(GETS) - gets0 < a.n and stalled < 60:
@@ -316,7 +331,8 @@ async def bench(a: argparse.Namespace) -> list[str]:
         lines.append(
             f"| {a.n} idle watchers started ({a.inflight} starts in flight) | "
             f"client {a.n / start_s:.0f} starts/s ({start_s:.1f} s); {polled} first polls done in "
-            f"{polled_s:.1f} s ({polled / polled_s:.0f} /s); CPU of one core meanwhile: {split} |"
+            f"{polled_s:.1f} s ({polled / polled_s:.0f} /s); CPU of one core meanwhile: {split} "
+            f"(load average {os.getloadavg()[0]:.1f}) |"
         )
         print(lines[-1], file=sys.stderr, flush=True)
         await asyncio.sleep(10)
@@ -326,12 +342,33 @@ async def bench(a: argparse.Namespace) -> list[str]:
         c1 = cpu_split()
         split = ", ".join(f"{k} {(c1[k] - c0[k]) / a.idle_s * 100:.1f} %" for k in c1)
         srv_rss = _rss_mb(server)
+        cached = min(a.n, a.cache or 1000)  # make_worker's default cache is 1000 runs
         lines.append(
             f"| while the {a.n} wait (worker cache {a.cache or 'default'}) | worker RSS {rss0:.0f} → "
-            f"{rss1:.0f} MB (+{(rss1 - rss0) * 1024 / max(a.n, 1):.0f} KB per watcher); dev server RSS "
-            f"{srv_rss:.0f} MB; CPU over {a.idle_s} s: {split} |"
+            f"{rss1:.0f} MB (+{(rss1 - rss0) * 1024 / max(cached, 1):.0f} KB per cached watcher, "
+            f"{cached} cached); dev server RSS {srv_rss:.0f} MB; CPU over {a.idle_s} s: {split} "
+            f"(load average {os.getloadavg()[0]:.1f}) |"
         )
         print(lines[-1], file=sys.stderr, flush=True)
+
+        # a query to an idle watcher: answered from the worker's cache, or (evicted) after the
+        # worker fetched its history and replayed it — the cost an evicted watcher pays when its
+        # timer fires or a person looks at it
+        if idle and a.queries:
+            for label, sample in (  # the cached ones first: a replay evicts another run
+                ("the last started (in the cache)", idle[-a.queries :]),
+                ("the first started (evicted when the cache is smaller than N)", idle[: a.queries]),
+            ):
+                took = []
+                for h in sample:
+                    q0 = time.perf_counter()
+                    await h.query(WatcherWorkflow.status)
+                    took.append((time.perf_counter() - q0) * 1000)
+                m, p = summary(took)
+                lines.append(
+                    f"| status query to {label}, n={len(took)} | median {m:.1f} ms, p95 {p:.1f} ms |"
+                )
+                print(lines[-1], file=sys.stderr, flush=True)
 
         # 3. approval → booking while they wait
         SLOTS["on"] = True
@@ -371,7 +408,7 @@ async def bench(a: argparse.Namespace) -> list[str]:
         lines.append(
             f"| approval → booking while the {a.n} wait (n={a.approvals}) | approve → booking POST at "
             f"the provider median {m1:.0f} ms, p95 {p1:.0f} ms; → run complete median {m2:.0f} ms, "
-            f"p95 {p2:.0f} ms |"
+            f"p95 {p2:.0f} ms (load average {os.getloadavg()[0]:.1f}) |"
         )
         print(lines[-1], file=sys.stderr, flush=True)
     finally:
@@ -392,7 +429,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10_000, help="idle watchers")
     ap.add_argument("--burst", type=int, default=500, help="one-poll watchers started at once")
     ap.add_argument("--inflight", type=int, default=200, help="idle watcher starts in flight")
-    ap.add_argument("--approvals", type=int, default=20)
+    ap.add_argument("--approvals", type=int, default=40)
+    ap.add_argument("--queries", type=int, default=30, help="status queries per sample")
     ap.add_argument("--idle-s", type=int, default=30)
     ap.add_argument("--label", default="")
     ap.add_argument("--trace", action="store_true", help="print one one-poll run's events")
@@ -401,6 +439,8 @@ def main() -> None:
     )
     for flag in ("cache", "activities", "wf-tasks", "wf-polls", "act-polls"):
         ap.add_argument(f"--{flag}", type=int, default=0)
+    ap.add_argument("--dc", action="append", help="dev server dynamic config KEY=JSON (repeatable)")
+    ap.add_argument("--metrics", default="", help="write the dev server's metrics after step 1")
     ap.add_argument("--worker-mode", action="store_true", help=argparse.SUPPRESS)
     for flag in ("address", "db-url", "seed", "key-time", "visa-url", "keys"):
         ap.add_argument(f"--{flag}", default="", help=argparse.SUPPRESS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +24,7 @@ from temporalio.common import (
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, PayloadCodec
-from temporalio.service import TLSConfig
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -82,24 +83,50 @@ _INDEXED = {
 }
 
 
-async def register_search_attributes(client: Client) -> list[str]:
+async def register_search_attributes(client: Client, *, visible_within_s: float = 60) -> list[str]:
     """Register Countersign's search attributes (``runtime.SEARCH_ATTRIBUTES``: user_id, plan_id,
     intent, watch_state as Keyword; poll_count as Int) in the client's namespace through the
     operator service (for a self-hosted cluster or a dev server whose database predates one of
     them; the embedded dev server gets them on its command line, Temporal Cloud through its own
-    API); the ones added. Idempotent."""
+    API); the ones added. Idempotent.
+
+    The frontend validates starts against a cached copy of the namespace's attributes (a cluster's
+    default; the embedded dev server's too since ``runtime.DYNAMIC_CONFIG``), which learns of new
+    ones a moment later (~2 s on the dev server): after adding, this waits until a visibility
+    query naming them is accepted, so a start right after it does not fail with "no mapping
+    defined for search attribute".
+
+    Raises:
+        ServiceError: the added attributes were still unknown to the frontend after
+            ``visible_within_s`` seconds.
+    """
     listed = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=client.namespace)
     )
     missing = [a for a in SEARCH_ATTRIBUTES if a not in listed.custom_attributes]
-    if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(
-                namespace=client.namespace,
-                search_attributes={a: _INDEXED[SEARCH_ATTRIBUTES[a]] for a in missing},
-            )
+    if not missing:
+        return missing
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=client.namespace,
+            search_attributes={a: _INDEXED[SEARCH_ATTRIBUTES[a]] for a in missing},
         )
-    return missing
+    )
+    probe = " AND ".join(
+        f"{a} = 0" if SEARCH_ATTRIBUTES[a] == "Int" else f"{a} = ''" for a in missing
+    )
+    deadline = time.monotonic() + visible_within_s
+    while True:
+        try:
+            await client.count_workflows(probe)
+            return missing
+        except RPCError as e:
+            if e.status != RPCStatusCode.INVALID_ARGUMENT or time.monotonic() > deadline:
+                raise ServiceError(
+                    f"search attributes {missing} registered in namespace {client.namespace!r} "
+                    f"but not usable after {visible_within_s:.0f} s: {e.message}"
+                ) from e
+            await asyncio.sleep(0.25)
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
