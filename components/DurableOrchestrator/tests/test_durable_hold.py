@@ -6,12 +6,19 @@ sandbox slot service, a real SMTP peer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.server
+import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import text
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.approvals import Approvals
@@ -348,3 +355,115 @@ def test_execute_spends_gate_a_then_hands_off(
     assert st.held is not None and sandbox.released == ["slot-1"]
     decision = Approvals(db, clock=system_clock).decision(doc["plan"]["plan_id"], "gate-A")
     assert decision is not None and decision.decision == "approved"
+
+
+@contextlib.contextmanager
+def _front_holding_back_holds(
+    upstream: str,
+) -> Iterator[tuple[str, threading.Event, threading.Event]]:
+    """A real HTTP server in front of the sandbox visa service that passes every request on, but
+    answers a hold only when told: the slot is held at the provider (``seen`` is set) while the
+    answer waits for ``answer``. Yields its URL, ``seen`` and ``answer``."""
+    seen, answer = threading.Event(), threading.Event()
+
+    class Front(http.server.BaseHTTPRequestHandler):
+        def _pass(self) -> None:
+            size = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(size) if size else None
+            keep = {"content-type", "idempotency-key", "accept"}
+            headers = {k: v for k, v in self.headers.items() if k.lower() in keep}
+            r = httpx.request(
+                self.command, upstream + self.path, content=body, headers=headers, timeout=10
+            )
+            if self.command == "POST" and self.path.endswith("/hold"):
+                seen.set()
+                answer.wait(30)
+            self.send_response(r.status_code)
+            self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
+            self.send_header("Content-Length", str(len(r.content)))
+            self.end_headers()
+            self.wfile.write(r.content)
+
+        def do_GET(self) -> None:
+            self._pass()
+
+        def do_POST(self) -> None:
+            self._pass()
+
+        def do_DELETE(self) -> None:
+            self._pass()
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Front)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen, answer
+    finally:
+        answer.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+def test_a_cancellation_while_the_hold_is_placed_still_releases_it(
+    db: Database, registry: Registry, keyring: KeyRing, sandbox: VisaSandbox, smtp_server: SmtpSink
+) -> None:
+    """The run is cancelled while its hold request is in flight (the provider has held the slot,
+    its answer not yet back): the run waits for the answer instead of abandoning the activity,
+    then releases the hold and ends CANCELED (``hold-settles-before-cancel-v1``). Before, the run
+    ended at once and the slot stayed held."""
+    sandbox.appear_after = 1
+    smtp_server.messages.clear()
+    doc = _signed(registry, keyring)
+    _approve(db, doc, "gate-A")
+
+    async def processed_cancel(handle: WorkflowHandle[Any, Any]) -> None:
+        """Until a workflow task has completed after the cancellation request (the workflow has
+        seen it)."""
+        for _ in range(300):
+            kinds = [e.event_type for e in (await handle.fetch_history()).events]
+            asked = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
+            if asked in kinds and (
+                EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED in kinds[kinds.index(asked) :]
+            ):
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("the workflow never processed the cancellation")
+
+    with _front_holding_back_holds(sandbox.url) as (url, seen, answer):
+        acts = sandbox_activities(
+            db, keys=keyring, registry=registry, sandbox=sandbox, smtp=smtp_server
+        )
+        acts.settings = {**acts.settings, "visa_base_url": url}
+
+        async def go() -> Any:
+            async with time_skipping_worker(acts) as env:
+                inp = watch_input_for(doc, USER).model_copy(update={"poll_interval_s": 3600})
+                handle = await env.client.start_workflow(
+                    WatcherWorkflow.run,
+                    inp,
+                    id=f"watch-{doc['plan']['plan_id']}",
+                    task_queue=TASK_QUEUE,
+                )
+                assert await asyncio.to_thread(seen.wait, 30), "the hold was never asked for"
+                assert list(sandbox.holds) == ["slot-1"]  # held at the provider, answer pending
+                await handle.cancel()
+                await processed_cancel(handle)
+                answer.set()
+                with pytest.raises(WorkflowFailureError) as ended:
+                    await handle.result()
+                assert isinstance(ended.value.cause, CancelledError)
+                await replayer().replay_workflow(await handle.fetch_history())
+
+        asyncio.run(go())
+    assert sandbox.released == ["slot-1"] and sandbox.holds == {} and not sandbox.bookings
+    assert smtp_server.to(USER) == []  # no notice for a hold placed while cancelling
+    with db.tx() as c:
+        rows = c.execute(
+            text("SELECT status FROM audit_log WHERE plan_id = :p AND kind = 'durable_finished'"),
+            {"p": doc["plan"]["plan_id"]},
+        ).scalars()
+        assert list(rows) == ["cancelled"]

@@ -45,6 +45,7 @@ __all__ = [
     "CANCEL_PATCH",
     "CANCEL_SIGNAL_RETIRED_PATCH",
     "FINISH_PATCH",
+    "HOLD_SETTLES_PATCH",
     "POLL_COUNT",
     "STATE_ATTRIBUTES_PATCH",
     "UNKNOWN",
@@ -54,6 +55,7 @@ __all__ = [
     "not_started",
     "outcome_unknown",
     "publish_state",
+    "settled_then_cancelled",
     "shielded",
 ]
 
@@ -86,6 +88,8 @@ CANCEL_PATCH = "cancel-records-outcome-v1"
 #: the ``cancel`` signal no longer ends a watcher (it ended COMPLETED): Temporal's cancellation is
 #: the one cancel path; histories where the signal ended the run replay the old branch
 CANCEL_SIGNAL_RETIRED_PATCH = "cancel-signal-retired-v1"
+#: a hold being placed when the run is cancelled is waited for (then released), not abandoned
+HOLD_SETTLES_PATCH = "hold-settles-before-cancel-v1"
 #: a watcher keeps the search attributes ``watch_state`` and ``poll_count`` current
 STATE_ATTRIBUTES_PATCH = "watch-search-attributes-v1"
 
@@ -154,6 +158,30 @@ async def shielded(work: Awaitable[_T]) -> _T:
         except asyncio.CancelledError:
             if task.done():
                 raise  # the work itself was cancelled (it cannot be here: nothing cancels it)
+
+
+async def settled_then_cancelled(work: Awaitable[_T]) -> _T:
+    """Let ``work`` (a write whose effect the run must know, e.g. placing a hold) finish even if
+    the run is cancelled meanwhile — its activity is not cancelled — then raise that
+    cancellation, so the clean-up sees what the write did. Without a cancellation it is a plain
+    ``await``; a failure of ``work`` after a cancellation raises the cancellation (from it)."""
+    task = asyncio.ensure_future(work)
+    pending: asyncio.CancelledError | None = None
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError as e:
+            if task.done():
+                raise
+            pending = e
+            continue
+        except BaseException as e:
+            if pending is not None:
+                raise pending from e
+            raise
+        if pending is not None:
+            raise pending
+        return result
 
 
 def not_started(what: str) -> ApplicationError:
@@ -496,22 +524,30 @@ class WatcherWorkflow:
         to the card; False when the provider refused the hold (someone took the slot)."""
         if inp.hold_step is None:
             return True
+        call = StepCall(
+            signed=inp.signed,
+            user_id=inp.user_id,
+            step=inp.hold_step,
+            gate_id=inp.start_gate_id,
+            outputs={str(inp.watch_step): seen},
+        )
+
+        async def place() -> None:
+            held = await self._write(call)
+            st.held, st.found_in = dict(held or {}), seen
+
         try:
-            held = await self._write(
-                StepCall(
-                    signed=inp.signed,
-                    user_id=inp.user_id,
-                    step=inp.hold_step,
-                    gate_id=inp.start_gate_id,
-                    outputs={str(inp.watch_step): seen},
-                )
-            )
+            if workflow.patched(HOLD_SETTLES_PATCH):
+                # a cancellation while the hold is being placed waits for its answer (the
+                # provider may hold the slot either way), so the clean-up can release it
+                await settled_then_cancelled(place())
+            else:  # histories from before: the cancellation abandoned the hold in flight
+                await place()
         except ActivityError as e:
             refused = isinstance(e.cause, ApplicationError) and e.cause.type == "provider_refused"
             if is_cancelled_exception(e) or not refused:
                 raise
             return False
-        st.held, st.found_in = dict(held or {}), seen
         if inp.notice_step is not None:
             await self._write(
                 StepCall(
