@@ -344,7 +344,7 @@ def test_retired_cancel_signal_changes_nothing(
         assert after.status == "watching" and after.polls >= before.polls + 2
         assert (await latest.describe()).status == WorkflowExecutionStatus.RUNNING
         await _cancel_ends_canceled(latest)
-        await _replay(env, handle.id)
+        await _replay(env, handle.id, "watcher_cancelled_signal_retired_v1.json")
         return doc
 
     doc = _scenario(db, registry, keyring, sandbox, smtp_server, body)
