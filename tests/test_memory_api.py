@@ -146,6 +146,36 @@ def _executions(n8n: N8nHandle, needles: list[str]) -> dict[str, str | None]:
     return asyncio.run(scan())
 
 
+def _executions_blobs(n8n: N8nHandle, plan_id: str) -> list[str]:
+    """The JSON text of every n8n execution holding ``plan_id``."""
+
+    async def scan() -> list[str]:
+        async with N8nClient(n8n.base_url, n8n.api_key) as client:
+            return [
+                blob
+                async for page in client.execution_pages(include_data=True)
+                for blob in (json.dumps(ex) for ex in page)
+                if plan_id in blob
+            ]
+
+    return asyncio.run(scan())
+
+
+def _turns(db: Database, conversation_id: str) -> list[str]:
+    """The stored turns of a conversation, as text."""
+    with db.tx() as c:
+        return [
+            json.dumps(r)
+            for r in c.execute(
+                text(
+                    "SELECT to_jsonb(t) FROM conversation_turns t WHERE conversation_id = :c "
+                    "ORDER BY 1::text"
+                ),
+                {"c": conversation_id},
+            ).scalars()
+        ]
+
+
 def _executions_holding(n8n: N8nHandle, needles: list[str]) -> int:
     return len(_executions(n8n, needles))
 
@@ -216,6 +246,15 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
         assert r.json()["revises"] == {"plan_id": first, "changed": ["evidence"]}
         assert r.json()["plan"]["meta"]["evidence_hash"] != body["plan"]["meta"]["evidence_hash"]
 
+        # bob's own data that names alice, before her meeting is booked: his meeting with her
+        # (its preview read her empty calendar on n8n), his chat about her
+        r = bob.post("/v1/intents", json=_meeting([BOB, ALICE], duration_min=30))
+        assert r.status_code == 201, r.text
+        bob_meets_alice = r.json()["plan_id"]
+        bob_chat = bob.post(
+            "/v1/intents", json={"text": "schedule a meeting with Alice tomorrow afternoon"}
+        ).json()["conversation_id"]
+
         # execute one plan so tokens, decisions, idempotency keys exist too
         slot = body["preview"]["normalized"]["steps"]["2"]["slots"][0]
         end = datetime.fromisoformat(slot["start"].replace("Z", "+00:00")) + timedelta(minutes=45)
@@ -248,6 +287,23 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
                 {"p": first, "u": ALICE},
             )
         bob_plan = bob.post("/v1/intents", json=_meeting([BOB])).json()["plan_id"]
+
+        # chat turns: one conversation about carol, one not (the T1 store holds the text)
+        chats = {}
+        for key, said, status in (
+            # the title is read from "about …": planned (45 minutes from her preference)
+            ("carol", "schedule a meeting with Bob tomorrow afternoon about Carol's roadmap", 201),
+            ("other", "schedule a meeting with Bob tomorrow afternoon", 200),  # asks the title
+        ):
+            r = alice.post("/v1/intents", json={"text": said})
+            assert r.status_code == status, r.text
+            chats[key] = r.json()["conversation_id"]
+        assert _turns(api.db, chats["carol"]) and _turns(api.db, chats["other"])
+        # a meeting of bob's with alice after hers is booked: its preview read her calendar
+        # on n8n, with the event her plan wrote (which names her plan)
+        r = bob.post("/v1/intents", json=_meeting([BOB, ALICE], duration_min=30))
+        assert r.status_code == 201, r.text
+        bob_reads_hers = r.json()["plan_id"]
 
         # export holds exactly the rows about alice, in every table: every row with a column
         # equal to her id or holding one of her plan ids (found by walking every column), and
@@ -286,6 +342,13 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
                     text("SELECT seq FROM audit_log WHERE plan_id = :p"), {"p": bob_plan}
                 ).scalars()
             )
+        # her turns are exported, bob's rows naming her are not (they are his: SPEC §4)
+        turns = {t["conversation_id"] for t in export["tables"]["conversation_turns"]}
+        assert turns == set(chats.values())
+        assert bob_meets_alice not in json.dumps(export) and bob_chat not in json.dumps(export)
+        assert not {bob_meets_alice, bob_reads_hers} & {
+            p["plan_id"] for p in export["tables"]["plans"]
+        }
         assert {a["seq"] for a in export["tables"]["audit_log"]} == audit_seqs
         assert bobs and not bobs & audit_seqs
         assert {"consent_changed", "plan_signed"} <= {
@@ -300,15 +363,27 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
         assert all(e["started_at"] and e["status"] and e["workflow_id"] for e in listed)
         assert not set(_executions(n8n, [bob_plan])) & set(runs)
 
+        # on n8n: bob's first meeting's execution names alice but none of her plans; the second
+        # carried her event, so it holds her plan id: that one is data of her plan
+        bobs_own = _executions_blobs(n8n, bob_meets_alice)
+        assert any(ALICE in e for e in bobs_own)
+        assert not any(p.lower() in e.lower() for e in bobs_own for p in plans)
+        # (the event's UID is the plan id in lower case: runtime records are matched ignoring case)
+        assert any(first.lower() in e.lower() for e in _executions_blobs(n8n, bob_reads_hers))
+        assert set(_executions(n8n, [bob_reads_hers])) <= set(runs)  # and is exported to her
+
         # forget one subject: no column anywhere mentions it, n8n's executions neither
         r = alice.post("/v1/memory/forget", json={"subject": "carol"})
         assert r.status_code == 200, r.text
         out = r.json()
-        assert out["deleted"]["plans"] == 1 and out["deleted"]["contacts"] == 1, out
+        # the meeting with carol and the plan of the chat about her roadmap
+        assert out["deleted"]["plans"] == 2 and out["deleted"]["contacts"] == 1, out
+        assert out["deleted"]["conversation_turns"] >= 1 and out["deleted"]["conversations"] == 1
         assert "carol" not in json.dumps(out).lower()
         assert _holding(api.db, "carol", exact=False) == {}
         assert _executions_holding(n8n, ["carol", carol_plan]) == 0
         assert alice.get(f"/v1/plans/{first}").status_code == 200  # the rest stays
+        assert _turns(api.db, chats["carol"]) == [] and _turns(api.db, chats["other"])
 
         # forget everything: no column equals alice's id; bob keeps his; the chain verifies
         r = alice.post("/v1/memory/forget", json={"all": True})
@@ -317,9 +392,22 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
         assert _holding(api.db, ALICE, exact=True) == {}
         for pid in plans:
             assert set(_holding(api.db, pid, exact=True)) <= {"audit_log.plan_id"}, pid
-        assert _executions_holding(n8n, [ALICE, *plans]) == 0
+        assert _executions_holding(n8n, plans) == 0
+        assert _turns(api.db, chats["other"]) == []
         assert alice.get("/v1/memory/prefs").status_code == 401  # the account is gone too
         assert bob.get(f"/v1/plans/{bob_plan}").status_code == 200
+        # bob's own data naming alice is his and stays as it was: his plan with her as a
+        # participant, his chat about her, his n8n executions that carried her address
+        kept = bob.get(f"/v1/plans/{bob_meets_alice}")
+        assert (
+            kept.status_code == 200
+            and ALICE in kept.json()["plan"]["intent"]["entities"]["participants"]
+        )
+        assert any("alice" in t.lower() for t in _turns(api.db, bob_chat))
+        assert _executions_blobs(n8n, bob_meets_alice) == bobs_own
+        left = _executions_blobs(n8n, bob_reads_hers)
+        assert not any(p.lower() in e.lower() for e in left for p in plans)
+        assert bob.get(f"/v1/plans/{bob_reads_hers}").status_code == 200
         assert bob.get("/v1/memory/prefs").json()["prefs"] == {"default_meeting_length": 20}
         with api.db.tx() as c:
             assert AuditLog(clock=lambda: datetime.now(UTC)).verify(c).ok

@@ -92,6 +92,8 @@ _PLAN_KEYED = {
     "outcomes",
     "plan_library",
     "history_facts",
+    # a conversation that led to a plan naming the subject goes with the plan (turns cascade)
+    "conversations",
 }
 #: tables whose rows about the person are kept but made anonymous (SPEC §5)
 ANONYMIZED = {"audit_log": f"actor = :u OR {_P}", "registry_docs": "author = :u"}
