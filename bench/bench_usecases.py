@@ -11,6 +11,17 @@ Per use case, n iterations:
   visa — the booking at the visa service and the confirmation mail (the watcher has found the
   slot before; the approval goes to the running Temporal workflow).
 
+And the HLD's parallel example (``find_meeting_time``: free/busy of Alice ‖ Bob → overlap →
+gate-A → the event in Alice's calendar) run as its DAG allows against **the same steps one after
+another**. The sequential form is a plan, not an executor switch: the bench (and only the bench)
+adds, over ``PUT /v1/registry/intents/…`` as an admin, an intent ``find_meeting_time_in_turn``
+whose templates are those of ``find_meeting_time`` with the second free/busy read ``after`` the
+first — the signed plans differ in step 2's ``after`` alone ([] vs [1]), so production code runs
+both unchanged. Both are asked for with the same structured intent (each iteration a different
+far-off day, so calendars stay alike), interleaved; timed: **card** (``POST /v1/intents`` until the
+signed plan + read-only preview of steps 1–3), **approve → event** (approve + execute, which
+re-reads steps 1–3 for staleness, until the event is in Alice's calendar), and their sum.
+
 Run: ``.venv/bin/python bench/bench_usecases.py [--n 20] [--out bench/results/usecases.md]``.
 """
 
@@ -24,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +47,73 @@ from common import machine, summary
 from countersign.kernel.process import free_port
 
 USER = "bench@example.com"
+ALICE, BOB = "alice@example.com", "bob@example.com"
+
+#: ``find_meeting_time`` with its reads chained (2 after 1): the parallel example run in turn
+IN_TURN: dict[str, Any] = {
+    "name": "find_meeting_time_in_turn",
+    "title": "Find a meeting time, reading the calendars one after another",
+    "description": "The parallel example with its two free/busy reads in turn (bench only).",
+    "required": [
+        {"name": "first", "type": "email", "question": "Whose calendar first?"},
+        {"name": "second", "type": "email", "question": "Whose calendar second?"},
+        {"name": "participants", "type": "list", "question": "Who attends?"},
+        {"name": "duration_min", "type": "integer", "question": "How long?"},
+        {"name": "window_start", "type": "datetime", "question": "From when?"},
+        {"name": "window_end", "type": "datetime", "question": "Until when?"},
+        {"name": "title", "type": "string", "question": "Called?"},
+    ],
+    "steps": [
+        {
+            "id": "freebusy_1",
+            "uses": "@calendar",
+            "call": "list_free_busy",
+            "args": {
+                "user": "$entities.first",
+                "time_min": "$entities.window_start",
+                "time_max": "$entities.window_end",
+            },
+        },
+        {
+            "id": "freebusy_2",
+            "uses": "@calendar",
+            "call": "list_free_busy",
+            "after": ["freebusy_1"],
+            "args": {
+                "user": "$entities.second",
+                "time_min": "$entities.window_start",
+                "time_max": "$entities.window_end",
+            },
+        },
+        {
+            "id": "overlap",
+            "uses": "system.analyze",
+            "call": "find_overlap",
+            "after": ["freebusy_1", "freebusy_2"],
+            "args": {
+                "inputs": [{"$ref": "steps.freebusy_1"}, {"$ref": "steps.freebusy_2"}],
+                "duration_min": "$entities.duration_min",
+                "window_start": "$entities.window_start",
+                "window_end": "$entities.window_end",
+            },
+        },
+        {
+            "id": "create",
+            "uses": "@calendar",
+            "call": "create_event",
+            "after": ["overlap"],
+            "args": {
+                "user": "$intent.user_id",
+                "uid": "$step.uid",
+                "title": "$entities.title",
+                "start": {"$ref": "gate.choice.start"},
+                "end": {"$ref": "gate.choice.end"},
+                "attendees": "$entities.participants",
+            },
+        },
+    ],
+    "examples": [],
+}
 
 
 def _until(check: Callable[[], bool], seconds: float = 60, step: float = 0.003) -> float:
@@ -59,6 +137,13 @@ class Run:
     def mails(self, subject: str) -> int:
         msgs = self.side.get(f"{self.urls['mailbox']}/messages").json()["messages"]
         return sum(1 for m in msgs if m["subject"] == subject)
+
+    def events_of(self, user: str) -> int:
+        """How many events ``user``'s sandbox calendar holds (CalDAV PROPFIND)."""
+        r = self.side.request(
+            "PROPFIND", f"{self.urls['caldav']}/{user}/calendar/", headers={"Depth": "1"}
+        )
+        return len(re.findall(r"\.ics</", r.text))
 
     def state(self, name: str) -> dict[str, Any]:
         out: dict[str, Any] = self.side.get(f"{self.urls[name]}/_sandbox/state").json()
@@ -119,6 +204,42 @@ class Run:
         )
         return took, t1 - t0
 
+    # ---- the parallel example: as the DAG allows vs in turn --------------------------------------
+    def find_time(self, i: int, *, in_turn: bool) -> tuple[float, float]:
+        """One run of the parallel example (``in_turn``: its reads chained); (card, approve →
+        event) in seconds. Iteration ``i`` books on its own far-off day."""
+        day = (datetime.now(UTC) + timedelta(days=40 + i)).strftime("%Y-%m-%d")
+        entities: dict[str, Any] = {
+            "participants": [ALICE, BOB],
+            "duration_min": 30,
+            "window_start": f"{day}T13:00:00Z",
+            "window_end": f"{day}T18:00:00Z",
+            "title": f"Bench find a time {i}",
+        }
+        if in_turn:
+            entities |= {"first": ALICE, "second": BOB}
+        name = IN_TURN["name"] if in_turn else "find_meeting_time"
+        t0 = time.perf_counter()
+        r = self.api.post("/v1/intents", json={"intent": {"intent": name, "entities": entities}})
+        card = time.perf_counter() - t0
+        assert r.status_code == 201, r.text
+        body = r.json()
+        plan_id = body["plan_id"]
+        slot = body["preview"]["normalized"]["steps"]["3"]["slots"][0]["start"]
+        end = (
+            datetime.fromisoformat(slot.replace("Z", "+00:00")) + timedelta(minutes=30)
+        ).strftime("%Y-%m-%dT%H:%M:%SZ")
+        events = self.events_of(ALICE)
+        t0 = time.perf_counter()
+        token = self.approve(plan_id, "gate-A", {"start": slot, "end": end})
+        assert self.execute(plan_id, {"gate-A": token})["status"] == "completed"
+        t1 = _until(lambda: self.events_of(ALICE) == events + 1)
+        return card, t1 - t0
+
+    def plan_graph(self, plan_id: str) -> list[dict[str, Any]]:
+        graph: list[dict[str, Any]] = self.api.get(f"/v1/plans/{plan_id}").json()["plan"]["graph"]
+        return graph
+
     def visa(self, i: int) -> tuple[float, float]:
         took, body = self.say(
             "watch the lisbon consulate for a visa slot in march and mail me at bench@example.com"
@@ -128,10 +249,14 @@ class Run:
         assert self.execute(plan_id, {})["status"] == "handed_off"
 
         def found() -> bool:
-            items = self.api.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
+            got = self.api.get("/v1/audit", params={"plan_id": plan_id})
+            if got.status_code == 429:  # the key's rate limit (untimed wait): ask again later
+                return False
+            assert got.status_code == 200, got.text
+            items = got.json()["items"]
             return any(e["kind"] == "watcher_polled" and e["status"] == "found" for e in items)
 
-        _until(found, step=0.05)
+        _until(found, step=0.1)
         slot = [
             e
             for e in self.api.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
@@ -157,12 +282,59 @@ class Run:
         return took, t1 - t0
 
 
+def _graph(r: Run, name: str) -> dict[int, dict[str, Any]]:
+    """The steps of a plan of intent ``name`` on a fixed day (checked once: the two plans differ
+    in step 2's ``after`` alone, and in step 5's derived uid)."""
+    body = r.api.post(
+        "/v1/intents",
+        json={
+            "intent": {
+                "intent": name,
+                "entities": {
+                    "participants": [ALICE, BOB],
+                    "first": ALICE,
+                    "second": BOB,
+                    "duration_min": 30,
+                    "window_start": "2031-01-06T13:00:00Z",
+                    "window_end": "2031-01-06T18:00:00Z",
+                    "title": "shape",
+                }
+                if name == IN_TURN["name"]
+                else {
+                    "participants": [ALICE, BOB],
+                    "duration_min": 30,
+                    "window_start": "2031-01-06T13:00:00Z",
+                    "window_end": "2031-01-06T18:00:00Z",
+                    "title": "shape",
+                },
+            }
+        },
+    )
+    assert body.status_code == 201, body.text
+    return {int(s["step"]): s for s in r.plan_graph(body.json()["plan_id"])}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("bench/results/usecases.md"))
+    ap.add_argument(
+        "--cases",
+        default="meeting,shopping,visa,parallel",
+        help="comma-separated subset of meeting, shopping, visa, parallel",
+    )
     args = ap.parse_args()
+    chosen = {c.strip() for c in args.cases.split(",") if c.strip()}
+    unknown = chosen - {"meeting", "shopping", "visa", "parallel"}
+    if unknown or not chosen:
+        raise SystemExit(
+            f"--cases: unknown {sorted(unknown)} (known: meeting, shopping, visa, parallel)"
+        )
+    if args.n < 1:
+        raise SystemExit(f"--n must be at least 1, got {args.n}")
     results: dict[str, tuple[list[float], list[float]]] = {}
+    pair: dict[str, tuple[list[float], list[float]]] = {"dag": ([], []), "in turn": ([], [])}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cs-bench-uc-") as tmp:
         env = {
             k: v
@@ -193,13 +365,41 @@ def main() -> None:
             line = re.search(r"sandbox ok: (.*)", said)
             assert line, said
             urls = dict(part.split(" ", 1) for part in line.group(1).split(", "))
+            base = f"http://127.0.0.1:{port}"
             key = run("users", "add", USER).stdout.strip().splitlines()[-1]
-            r = Run(f"http://127.0.0.1:{port}", key, urls)
-            cases: dict[str, Callable[[int], tuple[float, float]]] = {
+            r = Run(base, key, urls)
+            everything: dict[str, Callable[[int], tuple[float, float]]] = {
                 "meeting": r.meeting,
                 "shopping": r.shopping,
                 "visa watcher": r.visa,
             }
+            cases = {n: c for n, c in everything.items() if n.split()[0] in chosen}
+            ra: Run | None = None
+            if "parallel" in chosen:
+                # the sequential variant is a registry edit by an admin (bench only), made before
+                # any plan so every plan below is signed against the same registry version
+                admin = run("users", "add", "bench-admin", "--admin").stdout.strip().splitlines()
+                put = httpx.put(
+                    f"{base}/v1/registry/intents/{IN_TURN['name']}",
+                    json=IN_TURN,
+                    headers={"Authorization": f"Bearer {admin[-1]}"},
+                    timeout=60,
+                )
+                assert put.status_code == 200, put.text
+                alice_key = run("users", "add", ALICE).stdout.strip().splitlines()[-1]
+                ra = Run(base, alice_key, urls)
+                dag = _graph(ra, "find_meeting_time")
+                turn = _graph(ra, IN_TURN["name"])
+                after = {n: s["after"] for n, s in dag.items()}
+                assert after == {1: [], 2: [], 3: [1, 2], 4: [3], 5: [4]}, after
+                assert {n: s["after"] for n, s in turn.items()} == {**after, 2: [1]}
+                for n in dag:
+                    same = {k: v for k, v in dag[n].items() if k != "after"}
+                    other = {k: v for k, v in turn[n].items() if k != "after"}
+                    if n == 5:  # the event's uid is derived from the plan id
+                        same["args"] = {**same["args"], "uid": None}
+                        other["args"] = {**other["args"], "uid": None}
+                    assert same == other, (n, same, other)
             for name in cases:
                 results[name] = ([], [])
             for i in range(args.n + 2):  # two warm-ups; interleaved so noise hits all alike
@@ -208,20 +408,58 @@ def main() -> None:
                     if i >= 2:
                         results[name][0].append(card * 1000)
                         results[name][1].append(effect * 1000)
+                if ra is not None:
+                    # alternate which goes first: the second of a pair reads one more event
+                    order = [False, True] if i % 2 == 0 else [True, False]
+                    for in_turn in order:
+                        card, effect = ra.find_time(i, in_turn=in_turn)
+                        if i >= 2:
+                            key_ = "in turn" if in_turn else "dag"
+                            pair[key_][0].append(card * 1000)
+                            pair[key_][1].append(effect * 1000)
         finally:
             run("down")
-    rows = []
-    for name, (cards, effects) in results.items():
-        c50, c95 = summary(cards)
-        e50, e95 = summary(effects)
-        rows.append(f"| {name} | {c50:.1f} | {c95:.1f} | {e50:.1f} | {e95:.1f} |")
-    report = (
-        f"# Use cases from chat text, over the HTTP API — {machine()}\n\n"
-        f"n = {args.n} per use case (after 2 warm-ups), interleaved; the stack from "
-        "`countersign up`.\n\n"
-        "| use case | text → card p50 ms | p95 | approve → last effect p50 ms | p95 |\n"
-        "|---|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n"
+    load_after = os.getloadavg()
+    loads = (
+        f"load average {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f} before, "
+        f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f} after"
     )
+    report = f"# Use cases over the HTTP API — {machine()}; {loads}\n\n"
+    if results:
+        rows = []
+        for name, (cards, effects) in results.items():
+            c50, c95 = summary(cards)
+            e50, e95 = summary(effects)
+            rows.append(f"| {name} | {c50:.1f} | {c95:.1f} | {e50:.1f} | {e95:.1f} |")
+        report += (
+            f"From chat text: n = {args.n} per use case (after 2 warm-ups), interleaved; the "
+            "stack from `countersign up`.\n\n"
+            "| use case | text → card p50 ms | p95 | approve → last effect p50 ms | p95 |\n"
+            "|---|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
+        )
+    if ra is not None:
+        rows = []
+        fig: dict[str, tuple[float, float, float, float, float, float]] = {}
+        for name, (cards, effects) in pair.items():
+            totals = [c + e for c, e in zip(cards, effects, strict=True)]
+            fig[name] = (*summary(cards), *summary(effects), *summary(totals))
+            c50, c95, e50, e95, t50, t95 = fig[name]
+            label = "as the DAG allows (1 ‖ 2)" if name == "dag" else "in turn (2 after 1)"
+            rows.append(
+                f"| {label} | {c50:.1f} | {c95:.1f} | {e50:.1f} | {e95:.1f} | {t50:.1f} | "
+                f"{t95:.1f} |"
+            )
+        d, t = fig["dag"], fig["in turn"]
+        rows.append(
+            f"| speed-up (in turn / DAG) | {t[0] / d[0]:.2f}× | {t[1] / d[1]:.2f}× | "
+            f"{t[2] / d[2]:.2f}× | {t[3] / d[3]:.2f}× | {t[4] / d[4]:.2f}× | {t[5] / d[5]:.2f}× |"
+        )
+        report += (
+            f"The parallel example (`find_meeting_time`) vs the same steps in turn: n = {args.n} "
+            "each (after 2 warm-ups), pairs interleaved, order alternating.\n\n"
+            "| run | card p50 ms | p95 | approve → event p50 ms | p95 | total p50 ms | p95 |\n"
+            "|---|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
     print(report)
