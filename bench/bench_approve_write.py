@@ -100,6 +100,12 @@ class TimedTransport:
             self.marks.reads.append((t0, time.perf_counter()))
         return out
 
+    async def call_batch(self, path: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        t0 = time.perf_counter()
+        out = await self.inner.call_batch(path, body)
+        self.marks.reads.append((t0, time.perf_counter()))
+        return out
+
 
 async def check_as_before(
     plan: Plan,

@@ -32,8 +32,15 @@ from countersign.preview import run_preview
 from countersign.preview.testing import WRITE_EDITS, edited_registry
 from countersign.registry import Registry, load_registry
 from countersign.signer import KeyRing, plan_hash, sign_plan
-from countersign.steps import N8nStepRunner, N8nTransport, PreviewRefusedError, StoreRecorder
+from countersign.steps import (
+    N8nStepRunner,
+    N8nTransport,
+    PreviewRefusedError,
+    StoreRecorder,
+    run_dag,
+)
 from countersign.storage import Database
+from countersign.workflowbuilder import build_batch_workflow
 
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 INTENTS = ["find_meeting_time", "schedule_meeting", "purchase_item", "watch_visa_slots"]
@@ -141,18 +148,57 @@ def test_honest_previews_send_only_gets(
     for intent in INTENTS:
         doc = _signed(registry, keyring, intent)
         before = len(server.seen)
-        try:
-            result = asyncio.run(_preview(n8n, db, keyring, registry, _settings(server), doc))
-        except Exception as e:  # DEBUG
-            c = e.__context__.__context__ if e.__context__ else None
-            print(
-                "DEBUG", intent, repr(c), getattr(c, "body", None), getattr(c, "__context__", None)
-            )
-            raise
+        result = asyncio.run(_preview(n8n, db, keyring, registry, _settings(server), doc))
         assert result.wrapper.can_execute, (intent, result.wrapper.normalized)
         assert len(server.seen) > before, f"{intent}: its reads never reached the server"
     assert server.seen and server.writes() == []
     assert all(body == b"" for _, _, body in server.seen)
+
+
+def test_same_op_reads_are_one_n8n_execution_with_the_outputs_of_one_per_step(
+    n8n: N8nHandle, db: Database, keyring: KeyRing, server: RecordingServer
+) -> None:
+    """The meeting plan's two free/busy reads are ready together: the preview sends them as one
+    execution of the op's batch workflow (issue 16.1), which sends both GETs and answers what one
+    execution per step answers."""
+    registry = load_registry(source_registry_dir())
+    doc = _signed(registry, keyring, "find_meeting_time")
+    plan = Plan.model_validate(doc["plan"])
+    batch_name = build_batch_workflow(plan.step(1), registry).workflow["name"]
+
+    async def go() -> tuple[int, int, dict[int, Any]]:
+        async with N8nClient(n8n.base_url, n8n.api_key) as client:
+            transport = N8nTransport(client)
+            before = len(await transport.executions_of(batch_name))
+            server.seen.clear()
+            result = await run_preview(
+                doc,
+                keys=keyring,
+                registry=registry,
+                transport=transport,
+                recorder=StoreRecorder(db, clock=system_clock),
+                settings=_settings(server),
+                actor="u-alice",
+                now=system_clock(),
+            )
+            gets = sorted(p for m, p, _ in server.seen if m == "GET")
+            assert gets == ["/alice@example.com/calendar/", "/bob@example.com/calendar/"]
+            after = len(await transport.executions_of(batch_name))
+            one_each = N8nStepRunner(
+                plan=plan,
+                plan_hash=doc["plan_hash"],
+                registry=registry,
+                transport=transport,
+                settings=_settings(server),
+                read_only=True,
+            )
+            ref = await run_dag(plan, [1, 2, 3], one_each.run)
+            assert ref == result.outputs
+            return before, after, result.outputs
+
+    before, after, outputs = asyncio.run(go())
+    assert after == before + 1
+    assert set(outputs) == {1, 2, 3} and outputs[1]["status"] == 200
 
 
 @pytest.mark.parametrize("edit", sorted(WRITE_EDITS))

@@ -172,13 +172,14 @@ def test_an_approved_execute_runs_only_its_write_on_n8n(
                 actor=ORG,
                 now=system_clock(),
             )
-            assert transport.calls == 2  # two CalDAV reads; the overlap ran in-process
+            # the two CalDAV reads as one batch execution (issue 16.1); the overlap in-process
+            assert transport.calls == 1
             token = _approve(db, doc, pv.outputs[3]["slots"][0])
             report = await Executor(
                 keys=keyring, registry=registry, transport=transport, db=db, settings=settings
             ).execute(doc, user_id=ORG, tokens={"gate-A": token})
             assert report.status == "completed"
-            assert transport.calls == 3  # + the write
+            assert transport.calls == 2  # + the write
 
     asyncio.run(go())
     assert len(calendars.events(ORG)) == 1

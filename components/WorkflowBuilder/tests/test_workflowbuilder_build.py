@@ -17,6 +17,7 @@ from countersign.registry import Registry
 from countersign.signer import plan_hash
 from countersign.workflowbuilder import (
     CredentialRef,
+    build_batch_workflow,
     build_plan_workflow,
     build_step_workflow,
     read_only_violations,
@@ -160,3 +161,47 @@ def test_step_workflows_are_shared_by_op_across_plans(registry: Registry) -> Non
     assert wa.path == wb.path and wa.workflow == wb.workflow  # same op, no per-plan content
     create_a = next(s.step for s in a.graph if s.call == "create_event")
     assert build_step_workflow(a, plan_hash(a), create_a, registry).path != wa.path
+
+
+def test_batch_workflow_splits_items_and_reads_each_with_the_fixed_reference(
+    registry: Registry,
+) -> None:
+    """A preview's same-op reads in one execution: Split Out over body.items, then the op's node
+    reading each item's data; read-only by the same check; shared by every plan; not the step
+    workflow (another path, and neither name is a substring of the other: n8n's name filter)."""
+    a = _plan(registry, title="one")
+    b = _plan(registry, title="two", participants=["x@example.com"])
+    reads = [s for s in a.graph if s.call == "list_free_busy"]
+    assert len(reads) >= 2
+    wf = build_batch_workflow(reads[0], registry)
+    assert wf.workflow == build_batch_workflow(reads[1], registry).workflow
+    other = next(s for s in b.graph if s.call == "list_free_busy")
+    assert build_batch_workflow(other, registry).workflow == wf.workflow
+    trigger, split, node = wf.workflow["nodes"]
+    assert trigger["parameters"]["responseData"] == "allEntries"
+    assert (split["type"], split["typeVersion"]) == ("n8n-nodes-base.splitOut", 1)
+    assert split["parameters"]["fieldToSplitOut"] == "body.items"
+    assert node["parameters"]["url"] == '={{ $json.data["url"] }}'
+    assert read_only_violations(wf.workflow) == []
+    single = build_step_workflow(a, plan_hash(a), reads[0].step, registry)
+    assert wf.path != single.path
+    assert single.workflow["name"] not in wf.workflow["name"]
+    assert wf.workflow["name"] not in single.workflow["name"]
+    # no person text anywhere in it: it is the same for every plan
+    assert "alice@example.com" not in json.dumps(wf.workflow)
+
+
+def test_a_batch_workflow_with_a_writing_node_or_unknown_split_is_refused(
+    registry: Registry,
+) -> None:
+    plan = _plan(registry)
+    read = next(s for s in plan.graph if s.call == "list_free_busy")
+    wf = build_batch_workflow(read, registry).workflow
+    forged = json.loads(json.dumps(wf))
+    forged["nodes"][2]["parameters"]["method"] = "PUT"
+    assert any("found 'PUT'" in p for p in read_only_violations(forged))
+    forged = json.loads(json.dumps(wf))
+    forged["nodes"][1]["typeVersion"] = 2
+    assert any("splitOut v2 is not a version" in p for p in read_only_violations(forged))
+    write = next(s for s in plan.graph if s.call == "create_event")
+    assert read_only_violations(build_batch_workflow(write, registry).workflow)

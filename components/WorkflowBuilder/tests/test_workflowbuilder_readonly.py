@@ -354,7 +354,7 @@ def test_messages_name_the_parameter_the_version_reads() -> None:
 
 def test_builder_data_references_are_the_only_accepted_expression() -> None:
     """The check accepts exactly what ``core._data_expr`` writes, for both workflow shapes."""
-    roots = ["$json.body", "$('Trigger').first().json.body.steps[\"3\"]"]
+    roots = ["$json.body", "$json", "$('Trigger').first().json.body.steps[\"3\"]"]
     for root in roots:
         for path in ["url", "headerParameters.parameters[0].value", 'we"ird\\key']:
             node = _http(4.2, method="GET", url=_data_expr(root, path))

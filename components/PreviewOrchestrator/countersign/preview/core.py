@@ -7,7 +7,10 @@ method parameter that version reads, bodies, options, expressions — checked on
 ``plan_preview`` decides all of this for the whole set of preview steps BEFORE anything runs: one
 bad step refuses the preview, naming every offending step, with zero calls to n8n. A read-role
 step bound to a write op is refused, not skipped. The runner checks each workflow again before it
-deploys it. A bad signature is refused and audited before anything reaches n8n.
+deploys it. Reads of one op that are ready together run as one n8n execution (a batch workflow:
+the same op node behind a Split Out, ``build_batch_workflow``); ``plan_preview`` checks the batch
+workflow of every op the preview may batch too. A bad signature is refused and audited before
+anything reaches n8n.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from countersign.steps import (
 from countersign.workflowbuilder import (
     CredentialRef,
     StepWorkflow,
+    build_batch_workflow,
     build_step_workflow,
     read_only_violations,
 )
@@ -114,6 +118,7 @@ def plan_preview(
                 f"but the registry binds it to a {op.safety} operation"
             )
     workflows: dict[int, StepWorkflow] = {}
+    ops: dict[tuple[str, str], list[int]] = {}
     for n in preview_steps(plan, registry):
         if n not in chosen:
             continue
@@ -122,6 +127,16 @@ def plan_preview(
         found = read_only_violations(wf.workflow)
         problems += [f"step {n} ({s.uses}.{s.call}): {p}" for p in found]
         workflows[n] = wf
+        ops.setdefault((s.uses, s.call), []).append(n)
+    for (uses, call), same in sorted(ops.items()):
+        # the runner may send these together: check that workflow as well (its op node is the
+        # step workflow's, so only a clean op reaches this check; a problem here is the batch's)
+        if len(same) > 1 and not problems:
+            batch = build_batch_workflow(plan.step(same[0]), registry, credentials=credentials)
+            problems += [
+                f"step {same[0]} ({uses}.{call}) batched with steps {same[1:]}: {p}"
+                for p in read_only_violations(batch.workflow)
+            ]
     if problems:
         raise PreviewRefusedError(
             f"preview of plan {plan.plan_id} refused before anything ran; expected only reads, "
@@ -186,6 +201,7 @@ async def run_preview(
         settings=settings,
         credentials=creds,
         read_only=True,
+        batch_reads=True,
     )
     t0 = time.perf_counter()
     try:

@@ -103,3 +103,8 @@ class CountingTransport:
         """Record the call; answer an empty 200."""
         self.calls.append((path, body))
         return {"status": 200, "body": {}}
+
+    async def call_batch(self, path: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """Record the call; an empty 200 per item."""
+        self.calls.append((path, body))
+        return [{"status": 200, "body": {}} for _ in body["items"]]

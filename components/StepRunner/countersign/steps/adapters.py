@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from countersign.audit import AuditLog
 from countersign.kernel import CountersignError, SignatureError
-from countersign.n8n import N8nClient
+from countersign.n8n import N8nApiError, N8nClient
 from countersign.signer import VerifiedPlan
 from countersign.storage import Database, PlanStore
 from countersign.workflowbuilder import StepWorkflow
@@ -37,7 +37,10 @@ class N8nTransport:
         async with self._lock:
             if name in self._ids:
                 return
-            existing = await self.client.list_workflows(name=name)
+            # n8n's name filter matches substrings: keep the workflow of exactly this name
+            existing = [
+                w for w in await self.client.list_workflows(name=name) if w.get("name") == name
+            ]
             if existing:
                 wid = str(existing[0]["id"])
                 if not existing[0].get("active"):
@@ -67,6 +70,16 @@ class N8nTransport:
             path, dict(body), headers=self._headers or None, write=write
         )
         return out if isinstance(out, Mapping) else {"body": out}
+
+    async def call_batch(self, path: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """Call a batch workflow's webhook (reads only: re-sent like any read); its items."""
+        self.calls += 1
+        out = await self.client.call_webhook(path, dict(body), headers=self._headers or None)
+        if not isinstance(out, list) or not all(isinstance(i, Mapping) for i in out):
+            raise N8nApiError(
+                f"batch webhook {path}", 200, f"expected a list of items, got {str(out)[:200]}"
+            )
+        return out
 
 
 def _plan_id_of(document: Any) -> str | None:
@@ -102,8 +115,11 @@ class StoreRecorder:
                 },
             )
 
-    def remember(self, verified: VerifiedPlan, *, actor: str) -> None:
-        """Store a verified plan (idempotent); the first store and its audit row commit together."""
+    def remember(
+        self, verified: VerifiedPlan, *, actor: str, conn: Connection | None = None
+    ) -> None:
+        """Store a verified plan (idempotent); the first store and its audit row commit together
+        (in ``conn`` when the caller has a transaction open)."""
 
         def audit(c: Connection) -> None:
             self.audit.append(
@@ -126,6 +142,7 @@ class StoreRecorder:
             verified.plan_hash,
             verified.canonical,
             on_insert=audit,
+            conn=conn,
         )
 
     def preview_done(
@@ -139,11 +156,12 @@ class StoreRecorder:
         reason: str | None,
         outputs: Mapping[int, Any] | None = None,
     ) -> None:
-        """Store what the preview read (outputs + fingerprints) and audit it."""
-        self.remember(verified, actor=actor)
-        if fingerprints:
-            self.plans.save_preview(verified.plan.plan_id, outputs or {}, fingerprints)
+        """Store the plan if new, what the preview read (outputs + fingerprints) and its audit
+        row, in one transaction (issue 16.1: one commit instead of three)."""
         with self.db.tx() as c:
+            self.remember(verified, actor=actor, conn=c)
+            if fingerprints:
+                self.plans.save_preview(verified.plan.plan_id, outputs or {}, fingerprints, conn=c)
             self.audit.append(
                 c,
                 {

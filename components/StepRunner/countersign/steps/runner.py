@@ -8,7 +8,10 @@ that finish in one wake-up are handled in step order, so when several fail toget
 step's failure is the one raised. ``N8nStepRunner`` runs one
 step: build its step workflow, deploy it once, render the data values, call the webhook, normalize
 the output — except a pure ``system.analyze`` computation, which it runs in-process
-(``steps.analyze``, issue 16.1).
+(``steps.analyze``, issue 16.1). A preview's runner (``batch_reads``) sends the reads of one op
+that become ready in the same wake-up as ONE n8n execution (a batch workflow: n8n's HTTP Request
+node sends its items' requests at once), since on a small machine n8n's per-execution work, not
+the provider, is what a preview waits for (StepRunner LLD "Batched preview reads").
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from countersign.registry import Registry
 from countersign.workflowbuilder import (
     CredentialRef,
     StepWorkflow,
+    build_batch_workflow,
     build_workflow_for_step,
     read_only_violations,
 )
@@ -82,6 +86,9 @@ class StepTransport(Protocol):
     ) -> Mapping[str, Any]:
         """Call a step webhook; the node's output item. ``write``: never re-send once the
         request may have reached the runtime."""
+
+    async def call_batch(self, path: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """Call a batch workflow's webhook (reads only); every output item, in input order."""
 
 
 RunOne = Callable[[PlanStep, Mapping[int, Any]], Coroutine[Any, Any, Any]]
@@ -142,6 +149,15 @@ async def run_dag(
 
 
 @dataclass(frozen=True)
+class _Waiting:
+    """A read waiting for its op's batch (``N8nStepRunner._batched``)."""
+
+    step: PlanStep
+    outputs: dict[int, Any]
+    done: asyncio.Future[Any]
+
+
+@dataclass(frozen=True)
 class PreparedStep:
     """A step ready to send: its webhook path and the JSON body n8n gets."""
 
@@ -168,7 +184,13 @@ class N8nStepRunner:
     #: run ``system.analyze`` reads in this process (``steps.analyze``: the same item n8n's Code
     #: node returns; falls back to n8n for inputs outside the mirror); False: always on n8n
     in_process: bool = True
+    #: send the reads of one op that are ready together as one n8n execution (a preview's
+    #: runner; ``read_only`` required: a batch workflow is checked like any other)
+    batch_reads: bool = False
     _paths: dict[tuple[str, str], str] = field(default_factory=dict)
+    _batch_paths: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    _waiting: dict[tuple[str, str], list[_Waiting]] = field(default_factory=dict, init=False)
+    _flushes: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def prepare(
         self, step: PlanStep, outputs: Mapping[int, Any], *, idempotency_key: str | None = None
@@ -180,18 +202,7 @@ class N8nStepRunner:
             wf = build_workflow_for_step(
                 self.plan, self.plan_hash, step, self.registry, credentials=self.credentials
             )
-            if self.read_only:
-                problems = [
-                    f"step {step.step} ({step.uses}.{step.call}): {p}"
-                    for p in read_only_violations(wf.workflow)
-                ]
-                if problems:
-                    raise PreviewRefusedError(
-                        f"preview of plan {self.plan.plan_id} refused before deploying step "
-                        f"{step.step}: {'; '.join(problems)}",
-                        problems=problems,
-                    )
-            await self.transport.deploy(wf)
+            await self._deploy_checked(wf, step)
             path = self._paths[(step.uses, step.call)] = wf.path
         args = resolve_refs(step.args, outputs, self.choices)
         node = resolve_step(step, self.registry)
@@ -202,6 +213,20 @@ class N8nStepRunner:
             "plan": {"plan_id": self.plan.plan_id, "plan_hash": self.plan_hash, "step": step.step},
         }
         return PreparedStep(step=step, path=path, body=body, args=args)
+
+    async def _deploy_checked(self, wf: StepWorkflow, step: PlanStep) -> None:
+        if self.read_only:
+            problems = [
+                f"step {step.step} ({step.uses}.{step.call}): {p}"
+                for p in read_only_violations(wf.workflow)
+            ]
+            if problems:
+                raise PreviewRefusedError(
+                    f"preview of plan {self.plan.plan_id} refused before deploying step "
+                    f"{step.step}: {'; '.join(problems)}",
+                    problems=problems,
+                )
+        await self.transport.deploy(wf)
 
     async def send(self, prepared: PreparedStep, *, write: bool = False) -> Any:
         """Call the step's webhook once (a write: never re-sent once it may have reached n8n);
@@ -286,7 +311,86 @@ class N8nStepRunner:
                 item = run_in_process(op, step.uses, step.call, args)
                 if item is not None:
                     return normalize_output(op.output, item, args)
+        if self.batch_reads and self.read_only and idempotency_key is None:
+            return await self._batched(step, outputs)
         return await self.send(await self.prepare(step, outputs, idempotency_key=idempotency_key))
+
+    async def _batched(self, step: PlanStep, outputs: Mapping[int, Any]) -> Any:
+        """Join the reads of this op that start in the same wake-up of the event loop.
+
+        ``run_dag`` creates the tasks of every step that became ready in one go; each reaches
+        this point before any of them awaits, so the flush scheduled by the first one (``call_soon``
+        runs after the tasks already queued) sees them all. One waiting read is sent as usual."""
+        key = (step.uses, step.call)
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            waiting = self._waiting[key] = []
+            asyncio.get_running_loop().call_soon(self._start_flush, key)
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        waiting.append(_Waiting(step, dict(outputs), done))
+        return await done
+
+    def _start_flush(self, key: tuple[str, str]) -> None:
+        task = asyncio.get_running_loop().create_task(self._flush(key))
+        self._flushes.add(task)  # a strong reference until it ends
+        task.add_done_callback(self._flushes.discard)
+
+    async def _flush(self, key: tuple[str, str]) -> None:
+        group = self._waiting.pop(key)
+        try:
+            if len(group) == 1:
+                w = group[0]
+                out = [await self.send(await self.prepare(w.step, w.outputs))]
+            else:
+                out = await self._send_batch(group)
+        except asyncio.CancelledError:
+            for w in group:
+                w.done.cancel()
+            raise
+        except Exception as e:  # every waiting step gets the failure
+            for w in group:
+                if not w.done.done():
+                    w.done.set_exception(e)
+            return
+        for w, o in zip(group, out, strict=True):
+            if not w.done.done():
+                w.done.set_result(o)
+
+    async def _send_batch(self, group: Sequence[_Waiting]) -> list[Any]:
+        first = group[0].step
+        key = (first.uses, first.call)
+        path = self._batch_paths.get(key)
+        if path is None:
+            wf = build_batch_workflow(first, self.registry, credentials=self.credentials)
+            await self._deploy_checked(wf, first)
+            path = self._batch_paths[key] = wf.path
+        node = resolve_step(first, self.registry)
+        items: list[dict[str, Any]] = []
+        args_of: list[dict[str, Any]] = []
+        for w in group:
+            args = resolve_refs(w.step.args, w.outputs, self.choices)
+            args_of.append(args)
+            items.append({"data": render_data(node, args, self.settings), "args": args})
+        body = {
+            "items": items,
+            "plan": {
+                "plan_id": self.plan.plan_id,
+                "plan_hash": self.plan_hash,
+                "steps": [w.step.step for w in group],
+            },
+        }
+        answer = await self.transport.call_batch(path, body)
+        if len(answer) != len(group):
+            raise StepFailedError(
+                first.step,
+                f"the batch of {first.uses}.{first.call} for steps "
+                f"{[w.step.step for w in group]} answered {len(answer)} items, "
+                f"expected {len(group)}",
+            )
+        op = self.registry.op(first.uses, first.call)
+        return [
+            normalize_output(op.output, item, a) for item, a in zip(answer, args_of, strict=True)
+        ]
 
 
 @functools.cache

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +37,16 @@ class PlanStore:
         self.db = db
         self._clock = clock
 
+    @contextlib.contextmanager
+    def _tx(self, conn: Connection | None) -> Iterator[Connection]:
+        """The caller's transaction when it passes one (one commit for several stores), else a
+        new one."""
+        if conn is not None:
+            yield conn
+        else:
+            with self.db.tx() as c:
+                yield c
+
     def save_signed(
         self,
         plan: Plan,
@@ -44,12 +55,14 @@ class PlanStore:
         canonical: bytes,
         *,
         on_insert: Callable[[Connection], None] | None = None,
+        conn: Connection | None = None,
     ) -> bool:
         """Store a verified plan. Idempotent: the same plan again is a no-op (False).
 
         Args:
             on_insert: runs in the same transaction when the plan is new (its audit row), so a
                 stored plan always has one.
+            conn: run inside this open transaction instead of a new one.
 
         Raises:
             StorageInputError: ``plan_hash`` is not the sha256 of ``canonical``.
@@ -60,7 +73,7 @@ class PlanStore:
                 f"plan {plan.plan_id}: plan_hash is not the sha256 of the canonical bytes"
             )
         now = self._clock()
-        with self.db.tx() as c:
+        with self._tx(conn) as c:
             inserted = c.execute(
                 text(
                     """
@@ -176,11 +189,17 @@ class PlanStore:
             raise StorageInputError(f"no step {step} in plan {plan_id!r}")
 
     def save_preview(
-        self, plan_id: str, outputs: Mapping[int, Any], fingerprints: Mapping[int, str]
+        self,
+        plan_id: str,
+        outputs: Mapping[int, Any],
+        fingerprints: Mapping[int, str],
+        *,
+        conn: Connection | None = None,
     ) -> None:
-        """Store what each preview read returned and its fingerprint (one transaction)."""
+        """Store what each preview read returned and its fingerprint (one transaction, or the
+        caller's ``conn``)."""
         now = self._clock()
-        with self.db.tx() as c:
+        with self._tx(conn) as c:
             for n, fp in fingerprints.items():
                 k = c.execute(
                     text(

@@ -5,6 +5,10 @@ Two shapes (WorkflowBuilder LLD §1):
 - **Step workflows** (what runs): one small workflow per interactive step — a Webhook trigger and
   the step's node. n8n runs the branches of one execution one after another, so the orchestrator
   gets real concurrency by calling independent steps' webhooks at the same time.
+- **Batch workflows** (a preview's reads of one op that are ready together): the trigger, a Split
+  Out node over ``body.items`` and the same op node. n8n's HTTP Request node sends the requests of
+  all its input items at once, so N reads of one op cost one execution instead of N concurrent
+  ones (LLD §1: on 2 cores n8n's per-execution work is the preview's bottleneck).
 - **Plan workflow** (what a person inspects in n8n, and the sequential baseline the benchmark
   compares against): the whole DAG in one workflow — a node per step, ``after`` as connections,
   a Merge node where dependencies join, a Wait node per gate (resumed only by the orchestrator
@@ -31,13 +35,23 @@ from countersign.binding import BoundNode, idempotency_header_path, resolve_step
 from countersign.kernel import BindingError, Plan, PlanStep
 from countersign.registry import Registry
 
-from .readonly import CODE, HTTP_REQUEST, MERGE, READ_METHODS, WAIT, WEBHOOK, read_only_violations
+from .readonly import (
+    CODE,
+    HTTP_REQUEST,
+    MERGE,
+    READ_METHODS,
+    SPLIT_OUT,
+    WAIT,
+    WEBHOOK,
+    read_only_violations,
+)
 
 __all__ = [
     "HTTP_REQUEST",
     "READ_METHODS",
     "CredentialRef",
     "StepWorkflow",
+    "build_batch_workflow",
     "build_plan_workflow",
     "build_step_workflow",
     "build_workflow_for_step",
@@ -47,6 +61,9 @@ __all__ = [
 
 _NS: Final = uuid.UUID("5b0b3c0e-6f7e-4a53-9c61-636f756e7465")  # "counte…": a fixed namespace
 TRIGGER: Final = "Trigger"
+SPLIT: Final = "Split items"
+#: the trigger-body field a batch workflow splits into one item per step
+BATCH_FIELD: Final = "body.items"
 
 
 @dataclass(frozen=True)
@@ -233,6 +250,61 @@ def build_workflow_for_step(
         "name": f"countersign op {s.uses}.{s.call} [{key}]",
         "nodes": [_trigger(key, "op", path, creds), node],
         "connections": {TRIGGER: {"main": [[{"node": node_name, "type": "main", "index": 0}]]}},
+        "settings": _settings(),
+    }
+    return StepWorkflow(step=s.step, path=path, workflow=workflow)
+
+
+def build_batch_workflow(
+    s: PlanStep,
+    registry: Registry,
+    *,
+    credentials: Mapping[str, CredentialRef] | None = None,
+) -> StepWorkflow:
+    """The workflow that runs several read steps of one op in one n8n execution.
+
+    Trigger body: ``{"items": [{"data": {...}, "args": {...}}, ...], "plan": {...}}``; a Split
+    Out node makes one item per entry and the op's node reads each item's data
+    (``={{ $json.data["url"] }}``, the same fixed reference as a step workflow's, one level up);
+    the webhook answers with every output item, in the order of ``items``. Content-addressed like
+    a step workflow (the op's binding, plus the word ``batch``), so all plans share it. ``s`` is
+    any step of the op (its args do not enter the workflow). Only a preview uses it, and only
+    after ``read_only_violations`` passed on it.
+    """
+    creds = credentials or {}
+    bound = resolve_step(s, registry)
+    node: dict[str, Any] = {
+        "type": bound.node_type,
+        "typeVersion": bound.type_version,
+        "parameters": _node_parameters(bound, "$json"),
+    }
+    cred = _credentials(bound, creds)
+    if cred is not None:
+        node["credentials"] = cred
+    node_name = f"{s.uses}.{s.call}"
+    key = hashlib.sha256(
+        json.dumps({"op": node_name, "batch": True, **node}, sort_keys=True).encode()
+    ).hexdigest()[:16]
+    path = f"cs-batch-{key}"
+    trigger = _trigger(key, "batch", path, creds)
+    trigger["parameters"]["responseData"] = "allEntries"
+    split = {
+        "id": _uid(key, "split"),
+        "name": SPLIT,
+        "type": SPLIT_OUT,
+        "typeVersion": 1,
+        "position": [150, 0],
+        "parameters": {"fieldToSplitOut": BATCH_FIELD, "include": "noOtherFields", "options": {}},
+    }
+    node = {"id": _uid(key, "node"), "name": node_name, "position": [300, 0], **node}
+    workflow = {
+        # not a prefix of the step workflow's name: n8n's name filter matches substrings
+        "name": f"countersign batch {s.uses}.{s.call} [{key}]",
+        "nodes": [trigger, split, node],
+        "connections": {
+            TRIGGER: {"main": [[{"node": SPLIT, "type": "main", "index": 0}]]},
+            SPLIT: {"main": [[{"node": node_name, "type": "main", "index": 0}]]},
+        },
         "settings": _settings(),
     }
     return StepWorkflow(step=s.step, path=path, workflow=workflow)

@@ -20,7 +20,8 @@ Where the rules come from (n8n 2.41.1, ``n8n-nodes-base/dist/nodes/``):
 
 Expressions: n8n evaluates a string that starts with ``=`` or contains ``{{``. The only expression
 allowed in a read node is the builder's own fixed data reference
-(``={{ $json.body.data["<path>"] }}``, see ``core._data_expr``), and only where it cannot choose
+(``={{ $json.body.data["<path>"] }}``, or ``={{ $json.data["<path>"] }}`` behind a batch
+workflow's Split Out; see ``core._data_expr``), and only where it cannot choose
 the method, a header name or a body: the URL and the *value* of a query or header parameter.
 """
 
@@ -47,6 +48,7 @@ CODE: Final = "n8n-nodes-base.code"
 SET: Final = "n8n-nodes-base.set"
 NOOP: Final = "n8n-nodes-base.noOp"
 RESPOND: Final = "n8n-nodes-base.respondToWebhook"
+SPLIT_OUT: Final = "n8n-nodes-base.splitOut"
 
 #: Safe methods (RFC 9110 §9.2.1), spelled exactly as n8n's option values.
 READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -193,6 +195,8 @@ _PURE: Final[Mapping[str, frozenset[float]]] = {
     NOOP: frozenset({1}),
     # answers the caller of the webhook (the orchestrator), nobody else
     RESPOND: frozenset({1, 1.1, 1.2, 1.3, 1.4, 1.5}),
+    # one item per array entry (Transform/SplitOut, v1 only): moves data, calls nothing
+    SPLIT_OUT: frozenset({1}),
 }
 #: Merge: v2+ modes that only combine items (v3's combineBySql runs alasql, which can load URLs).
 _MERGE_VERSIONS: Final = frozenset({2, 2.1, 3, 3.1, 3.2})
@@ -240,9 +244,9 @@ _SENDERS: Final = frozenset(
     {"n8n-nodes-base.emailSend", "n8n-nodes-base.executeCommand", "n8n-nodes-base.ssh"}
 )
 
-#: Exactly what ``core._data_expr`` writes, for either root (step workflow / plan workflow).
+#: Exactly what ``core._data_expr`` writes, for any root (step / batch / plan workflow).
 _DATA_REF: Final = re.compile(
-    r'=\{\{ (?:\$json\.body|\$\(\'Trigger\'\)\.first\(\)\.json\.body\.steps\["\d+"\])'
+    r'=\{\{ (?:\$json\.body|\$json|\$\(\'Trigger\'\)\.first\(\)\.json\.body\.steps\["\d+"\])'
     r'\.data\["(?:[^"\\{}]|\\[^{}])*"\] \}\}'
 )
 
