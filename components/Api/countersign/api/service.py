@@ -112,6 +112,9 @@ class PlanService:
     temporal: Client | None = None
     #: the context budget of intents read from chat (T1–T5; T5 still needs recorded consent)
     chat_context_budget: int = 5
+    #: outcomes → history and the PlanLibrary; None = one over ``db`` with the offline embedder
+    #: (entry points pass ``PlanWriter.for_settings``: the configured embedder, checked at start)
+    plan_writer: PlanWriter | None = None
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(clock=self.clock)
@@ -130,7 +133,7 @@ class PlanService:
             credentials=self.credentials,
             clock=self.clock,
             durable=self.durable,
-            plan_writer=PlanWriter.for_database(self.db, clock=self.clock),
+            plan_writer=self.plan_writer or PlanWriter.for_database(self.db, clock=self.clock),
         )
 
         # ContextRAG's exemplar source: the PlanLibrary that PlanWriter keeps, when the executor

@@ -29,6 +29,7 @@ from countersign.kernel import (
 from countersign.kernel.process import alive, port_open, read_pid
 from countersign.n8n import N8nClient, handle_from
 from countersign.n8n import status as n8n_status
+from countersign.planwriter import PlanWriter
 from countersign.sandbox import sandbox_status
 from countersign.signer import open_keyring
 from countersign.steps import N8nTransport, StepTransport
@@ -97,6 +98,9 @@ def open_stack(
 ) -> Stack:
     """Open the database, registry and key ring; the service without a step runtime yet."""
     db = Database.open(settings)
+    # the configured embedder (COUNTERSIGN_EMBEDDING_MODEL), checked against the vector column
+    # now: a model that does not fit stops the start, naming both lengths (PlanLibrary SPEC)
+    writer = PlanWriter.for_settings(db, settings, clock=clock)
     reads = Reads.open(db.engine.url.render_as_string(hide_password=False).replace("+psycopg", ""))
     audit = AuditLog(clock=clock)
     registry_store = RegistryStore(db, settings.registry_dir, audit, clock)
@@ -114,6 +118,7 @@ def open_stack(
         },
         clock=clock,
         signer_name=settings.signer_name,
+        plan_writer=writer,
     )
     if settings.llm_model:
         service.proposer = LitellmProposer(

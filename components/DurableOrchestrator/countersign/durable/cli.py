@@ -73,7 +73,7 @@ def worker_cmd() -> None:
         keys=open_keyring(settings, now=datetime.now(UTC)),
         registry=load_registry(settings.registry_dir),
         settings=settings.connector_settings,
-        plan_writer=PlanWriter.for_database(db, clock=lambda: datetime.now(UTC)),
+        plan_writer=PlanWriter.for_settings(db, settings, clock=lambda: datetime.now(UTC)),
     )
 
     async def run() -> None:

@@ -75,6 +75,16 @@ class Settings(BaseSettings):
     llm_model: str | None = None
     llm_api_base: str | None = None
     llm_api_key: SecretStr | None = None
+    #: Optional embedding model for the PlanLibrary, any litellm model name (e.g.
+    #: ``openai/text-embedding-3-small``, or ``openai/<name>`` with ``embedding_api_base`` for a
+    #: local OpenAI-compatible server); unset = the offline WordLlama embedder. ``embedding_dim``
+    #: is the length it returns (unset: asked of the model once at start); it must fit the
+    #: database's ``plan_library.embedding`` column, checked when the API or the worker starts.
+    #: Needs the ``llm`` extra.
+    embedding_model: str | None = None
+    embedding_api_base: str | None = None
+    embedding_api_key: SecretStr | None = None
+    embedding_dim: int | None = Field(default=None, ge=1)
     #: the sandbox providers' ports under ``countersign up``: ``default`` (CalDAV 5232, SMTP
     #: 2525, mailbox 8025, shop 8091, visa 8092) or ``free`` (picked at start; tests, a machine
     #: where the defaults are taken)

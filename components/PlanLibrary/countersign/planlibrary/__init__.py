@@ -3,7 +3,14 @@ for a new intent by a hybrid of BM25 (PostgreSQL full-text), pgvector similarity
 recency, and handed to the planner as ``exemplar`` evidence with a one-line why."""
 
 from .core import intent_text, merge, plan_text, rank, terms, to_evidence, why_line
-from .embeddings import Embedder, LiteLLMEmbedder, WordLlamaEmbedder, default_embedder, fit_dim
+from .embeddings import (
+    Embedder,
+    LiteLLMEmbedder,
+    WordLlamaEmbedder,
+    configured_embedder,
+    default_embedder,
+    fit_dim,
+)
 from .errors import EmbeddingError, EmbeddingUnavailableError, LibraryInputError
 from .lexical import Bm25Index
 from .models import Candidate, LibraryEntry, Ranked
@@ -21,6 +28,7 @@ __all__ = [
     "PlanLibrary",
     "Ranked",
     "WordLlamaEmbedder",
+    "configured_embedder",
     "default_embedder",
     "fit_dim",
     "intent_text",

@@ -10,16 +10,20 @@ text, in order). Two providers ship:
   downloaded at run time (the library's own ``WordLlama.load`` looks for the tokenizer in a folder
   its wheel does not use and then tries the network, so we load both files ourselves).
 - ``LiteLLMEmbedder`` — any hosted or local-server model through ``litellm.embedding`` when one is
-  configured (``COUNTERSIGN_EMBEDDING_MODEL``); optional dependency (``.[llm]``).
+  configured (``COUNTERSIGN_EMBEDDING_MODEL`` and ``_API_BASE`` / ``_API_KEY`` / ``_DIM``;
+  :func:`configured_embedder` picks); optional dependency (``.[llm]``).
 
 The database column has a fixed dimension (``plan_library.embedding``, a migration parameter,
 384 by default). ``fit_dim`` pads a shorter unit vector with zeros (cosine similarity unchanged)
-and refuses a longer one, naming both lengths. Choice and recall figures: LLD.md.
+and refuses a longer one, naming both lengths; ``PlanLibrary.check_embedder`` makes the same
+check once at start, so a model that does not fit stops the process there, not at an insert.
+Choice and recall figures: LLD.md.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,9 +31,18 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from countersign.kernel import Settings
+
 from .errors import EmbeddingError, EmbeddingUnavailableError
 
-__all__ = ["Embedder", "LiteLLMEmbedder", "WordLlamaEmbedder", "default_embedder", "fit_dim"]
+__all__ = [
+    "Embedder",
+    "LiteLLMEmbedder",
+    "WordLlamaEmbedder",
+    "configured_embedder",
+    "default_embedder",
+    "fit_dim",
+]
 
 #: the longest text we embed (characters); longer text is cut, never sent whole
 MAX_TEXT = 4000
@@ -151,30 +164,44 @@ class LiteLLMEmbedder:
 
     Args:
         model: the litellm model name (``openai/text-embedding-3-small``,
-            ``ollama/nomic-embed-text``, …).
-        dim: the length the model returns (checked on every answer).
+            ``ollama/nomic-embed-text``, ``openai/<name>`` with ``api_base`` for a local
+            OpenAI-compatible server, …).
+        dim: the length the model returns (checked on every answer); None: learnt from the
+            model's first answer (``dim`` asks it once, embedding a short probe text).
         api_base: a local server's URL, when not the provider's default.
-        embedding: the function to call (``litellm.embedding`` unless given; tests pass one).
+        api_key: the provider's key (never logged; ``"none"`` is sent when unset, as local
+            servers want some key).
+        embedding: the function to call (``litellm.embedding`` unless given).
     """
+
+    #: what ``dim`` embeds to learn an unknown length
+    PROBE = "countersign embedding check"
 
     def __init__(
         self,
         model: str,
         *,
-        dim: int,
+        dim: int | None = None,
         api_base: str | None = None,
+        api_key: str | None = None,
         embedding: Callable[..., Any] | None = None,
         timeout_s: float = 10.0,
     ) -> None:
         if not model:
             raise EmbeddingError("an embedding model name is required")
-        if dim < 1:
+        if dim is not None and dim < 1:
             raise EmbeddingError(f"embedding dim must be positive, got {dim}")
         self._model = model
         self._dim = dim
         self._api_base = api_base
+        self._api_key = api_key
         self._embedding = embedding
         self._timeout_s = timeout_s
+
+    def __repr__(self) -> str:  # never show the key
+        return (
+            f"LiteLLMEmbedder(model={self._model!r}, dim={self._dim}, api_base={self._api_base!r})"
+        )
 
     @property
     def name(self) -> str:
@@ -182,14 +209,21 @@ class LiteLLMEmbedder:
 
     @property
     def dim(self) -> int:
+        if self._dim is None:
+            self._dim = len(self._call([self.PROBE], expect=None)[0])
         return self._dim
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         items = _check_texts(texts)
         if not items:
             return []
+        return _unit(self._call(items, expect=self.dim))
+
+    def _call(self, items: list[str], *, expect: int | None) -> list[list[float]]:
         call = self._embedding
         if call is None:
+            # never fetch litellm's model price list from the internet at import
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             try:
                 import litellm  # noqa: PLC0415 - optional dependency
             except ImportError as e:
@@ -197,7 +231,12 @@ class LiteLLMEmbedder:
                     "COUNTERSIGN_EMBEDDING_MODEL needs litellm: pip install 'countersign[llm]'"
                 ) from e
             call = litellm.embedding
-        kwargs: dict[str, Any] = {"model": self._model, "input": items, "timeout": self._timeout_s}
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            "input": items,
+            "timeout": self._timeout_s,
+            "api_key": self._api_key or "none",
+        }
         if self._api_base:
             kwargs["api_base"] = self._api_base
         try:
@@ -215,10 +254,27 @@ class LiteLLMEmbedder:
         rows = []
         for i, d in enumerate(data):
             vec = d["embedding"] if isinstance(d, dict) else getattr(d, "embedding", None)
-            if not isinstance(vec, list) or len(vec) != self._dim:
+            if not isinstance(vec, list) or not vec or (expect is not None and len(vec) != expect):
                 got = len(vec) if isinstance(vec, list) else type(vec).__name__
                 raise EmbeddingError(
-                    f"embedding model {self._model!r}: vector {i} has {got} dims, expected {self._dim}"
+                    f"embedding model {self._model!r}: vector {i} has {got} dims, "
+                    f"expected {expect if expect is not None else 'at least 1'}"
                 )
             rows.append(vec)
-        return _unit(rows)
+        return rows
+
+
+def configured_embedder(settings: Settings) -> Embedder:
+    """The embedder a process's settings choose: ``LiteLLMEmbedder`` when
+    ``embedding_model`` is set (with ``embedding_api_base``, ``embedding_api_key``,
+    ``embedding_dim``), else the shared offline :func:`default_embedder`. No I/O: a composition
+    root checks it against the database at start (``PlanLibrary.check_embedder``)."""
+    if not settings.embedding_model:
+        return default_embedder()
+    key = settings.embedding_api_key
+    return LiteLLMEmbedder(
+        settings.embedding_model,
+        dim=settings.embedding_dim,
+        api_base=settings.embedding_api_base,
+        api_key=key.get_secret_value() if key is not None else None,
+    )

@@ -20,7 +20,7 @@ from countersign.storage import Database
 
 from .core import intent_text, merge, rank, terms, to_evidence
 from .embeddings import Embedder, fit_dim
-from .errors import LibraryInputError
+from .errors import EmbeddingError, LibraryInputError
 from .models import Candidate, LibraryEntry, Ranked
 
 __all__ = ["PlanLibrary", "vector_literal"]
@@ -74,6 +74,30 @@ class PlanLibrary:
                 ).scalar_one()
             self._dim = int(row)
         return self._dim
+
+    def check_embedder(self) -> int:
+        """At start: the embedder answers, with vectors of its declared length, and they fit
+        the ``plan_library.embedding`` column (one probe text embedded). Returns the length.
+
+        Raises:
+            EmbeddingError: the model's vectors are longer than the column (naming both, the
+                model and the two ways out), or not of the declared length.
+            EmbeddingUnavailableError: the model did not answer.
+        """
+        dim, column = self.embedder.dim, self.column_dim()
+        if dim > column:
+            raise EmbeddingError(
+                f"embedding model {self.embedder.name!r} returns {dim} dims; the database's "
+                f"plan_library.embedding column is vector({column}): choose a model of at most "
+                f"{column} dims, or migrate a new database with embedding_dim >= {dim}"
+            )
+        [probe] = self.embedder.embed(["countersign embedding check"])
+        if len(probe) != dim:
+            raise EmbeddingError(
+                f"embedding model {self.embedder.name!r} answered {len(probe)} dims, "
+                f"{dim} declared (COUNTERSIGN_EMBEDDING_DIM)"
+            )
+        return dim
 
     def embed(self, texts: Sequence[str]) -> list[str]:
         """The texts' vectors as pgvector literals fitted to the column."""

@@ -26,8 +26,22 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from sqlalchemy import Connection, Engine, text
 
 from countersign.contextrag.store import record_history
-from countersign.kernel import CountersignError, Plan, StepMode, StepRole, parse_contract
-from countersign.planlibrary import Embedder, LibraryEntry, PlanLibrary, default_embedder, plan_text
+from countersign.kernel import (
+    CountersignError,
+    Plan,
+    Settings,
+    StepMode,
+    StepRole,
+    parse_contract,
+)
+from countersign.planlibrary import (
+    Embedder,
+    LibraryEntry,
+    PlanLibrary,
+    configured_embedder,
+    default_embedder,
+    plan_text,
+)
 from countersign.storage import Database, PlanStore, StorageInputError, stored_document
 
 __all__ = ["HistoryRecorder", "OutcomeFact", "PlanWriter", "WriteReport", "normalized_facts"]
@@ -135,6 +149,18 @@ class PlanWriter:
         process's shared offline embedder unless one is given."""
         library = PlanLibrary(db, embedder=embedder or default_embedder(), clock=clock)
         return cls(db=db, library=library, history=record_history, clock=clock)
+
+    @classmethod
+    def for_settings(
+        cls, db: Database, settings: Settings, *, clock: Callable[[], datetime]
+    ) -> PlanWriter:
+        """The writer of a process's entry point: the embedder its settings choose
+        (``COUNTERSIGN_EMBEDDING_MODEL`` through litellm, else the offline default), checked
+        against the database's vector column now — a model that does not fit stops the start
+        with an ``EmbeddingError`` naming both lengths, instead of failing every insert."""
+        writer = cls.for_database(db, clock=clock, embedder=configured_embedder(settings))
+        writer.library.check_embedder()
+        return writer
 
     def record(self, plan_id: str, *, audit: Callable[..., None]) -> WriteReport | None:
         """``plan_finished`` for an orchestrator's call site: a failure never fails the execution
