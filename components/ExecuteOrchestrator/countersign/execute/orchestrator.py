@@ -211,13 +211,16 @@ class Executor:
         if unknown:
             raise ExecuteRefusedError(f"plan {plan.plan_id} has no gate {', '.join(unknown)}")
         fresh = self._prove_gates(verified, specs, user_id, tokens or {})
-        preview_out, prints = store.preview_of(plan.plan_id)
+        # one read of the plan's steps gives both what the preview saw (outputs + fingerprints)
+        # and how far earlier executes got (issue 16.0: one transaction instead of two)
+        row = store.get(plan.plan_id)
+        preview_out, prints = _preview_of(row)
         reads = sorted({r for w in specs for r in w.reads})
         if reads and not prints:
             raise ExecuteRefusedError(
                 f"plan {plan.plan_id} has not been previewed; preview it first"
             )
-        progress = _progress(store.get(plan.plan_id))
+        progress = _progress(row)
         # Writes resolve their references from what the person saw at preview time, so the
         # idempotency key of a write never changes between a first execute and a resumed one;
         # writes done by an earlier execute (an earlier gate) add their outputs.
@@ -736,6 +739,17 @@ def _progress(row: Mapping[str, Any] | None) -> dict[int, tuple[str, Any]]:
     if row is None:
         return {}
     return {int(s["step"]): (str(s["status"]), s["output"]) for s in row["steps"]}
+
+
+def _preview_of(row: Mapping[str, Any] | None) -> tuple[dict[int, Any], dict[int, str]]:
+    """What the preview read, from the plan row's steps (``PlanStore.preview_of``'s rows: the
+    steps with a fingerprint)."""
+    steps = row["steps"] if row is not None else []
+    seen = [s for s in steps if s["fingerprint"] is not None]
+    return (
+        {int(s["step"]): s["output"] for s in seen},
+        {int(s["step"]): str(s["fingerprint"]) for s in seen},
+    )
 
 
 def _output(result: Any) -> Any:
