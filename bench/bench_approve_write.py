@@ -197,48 +197,50 @@ async def main_async(n: int) -> None:
     cache = Path(os.environ.get("COUNTERSIGN_CACHE_DIR") or Settings().cache_dir)
     engine = os.environ.get("BENCH_N8N_EXPRESSION_ENGINE")
     stack = contextlib.ExitStack()
-    stack.callback(shutil.rmtree, tmp, True)
-    handle = start(
-        install(cache), tmp / "n8n", extra_env={"N8N_EXPRESSION_ENGINE": engine} if engine else None
-    )
-    stack.callback(stop, tmp / "n8n")
-    radicale, rproc = start_radicale(tmp / "radicale")
-    stack.callback(rproc.wait, 10)
-    stack.callback(rproc.terminate)
-    url = stack.enter_context(embedded_server(tmp / "pg"))
-    db = Database.from_url(url)
-    stack.callback(db.dispose)
-    registry = load_registry(source_registry_dir())
-    ring = KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=datetime.now(UTC))
-    settings = {"caldav_base_url": radicale.base_url, "smtp_from": "cs@example.com"}
-    for u in (ALICE, BOB):
-        radicale.make_calendar(u)
-    lg_stamps: list[float] = []
-    app, saver_cm, lg_http = langgraph_app(
-        url.replace("postgresql+psycopg://", "postgresql://"), radicale.base_url, lg_stamps
-    )
-    stack.callback(lg_http.close)
-    stack.callback(saver_cm.__exit__, None, None, None)
-    modes = ("now", "before")  # before: the staleness re-check through n8n, as before 16.0
-    cs: dict[str, list[float]] = {m: [] for m in modes}
-    lg: list[float] = []
-    previews: list[float] = []
-    # the preview's steps alone: now (same-op reads batched into one n8n execution, analyze
-    # in-process), one n8n execution per read (analyze in-process), everything on n8n (before)
-    dag_modes = ("now", "unbatched", "before")
-    dag: dict[str, list[float]] = {m: [] for m in dag_modes}
-    one_read: dict[str, list[float]] = {"n8n": [], "direct": []}
-    parts = (
-        "approve (token issued)",
-        "verify + redeem + plan state",
-        "staleness re-check",
-        "claim (ledger + audit) before the send",
-        "the write through n8n",
-    )
-    split: dict[str, dict[str, list[float]]] = {m: {k: [] for k in parts} for m in modes}
-    server_get: list[float] = []
-    server_put: list[float] = []
-    try:
+    try:  # every server started below is stopped, whatever fails
+        stack.callback(shutil.rmtree, tmp, True)
+        handle = start(
+            install(cache),
+            tmp / "n8n",
+            extra_env={"N8N_EXPRESSION_ENGINE": engine} if engine else None,
+        )
+        stack.callback(stop, tmp / "n8n")
+        radicale, rproc = start_radicale(tmp / "radicale")
+        stack.callback(rproc.wait, 10)
+        stack.callback(rproc.terminate)
+        url = stack.enter_context(embedded_server(tmp / "pg"))
+        db = Database.from_url(url)
+        stack.callback(db.dispose)
+        registry = load_registry(source_registry_dir())
+        ring = KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=datetime.now(UTC))
+        settings = {"caldav_base_url": radicale.base_url, "smtp_from": "cs@example.com"}
+        for u in (ALICE, BOB):
+            radicale.make_calendar(u)
+        lg_stamps: list[float] = []
+        app, saver_cm, lg_http = langgraph_app(
+            url.replace("postgresql+psycopg://", "postgresql://"), radicale.base_url, lg_stamps
+        )
+        stack.callback(lg_http.close)
+        stack.callback(saver_cm.__exit__, None, None, None)
+        modes = ("now", "before")  # before: the staleness re-check through n8n, as before 16.0
+        cs: dict[str, list[float]] = {m: [] for m in modes}
+        lg: list[float] = []
+        previews: list[float] = []
+        # the preview's steps alone: now (same-op reads batched into one n8n execution, analyze
+        # in-process), one n8n execution per read (analyze in-process), everything on n8n (before)
+        dag_modes = ("now", "unbatched", "before")
+        dag: dict[str, list[float]] = {m: [] for m in dag_modes}
+        one_read: dict[str, list[float]] = {"n8n": [], "direct": []}
+        parts = (
+            "approve (token issued)",
+            "verify + redeem + plan state",
+            "staleness re-check",
+            "claim (ledger + audit) before the send",
+            "the write through n8n",
+        )
+        split: dict[str, dict[str, list[float]]] = {m: {k: [] for k in parts} for m in modes}
+        server_get: list[float] = []
+        server_put: list[float] = []
         async with N8nClient(handle.base_url, handle.api_key) as client:
             timed = TimedTransport(N8nTransport(client))
             recorder = StoreRecorder(db, clock=system_clock)

@@ -111,27 +111,29 @@ async def main_async(n: int) -> None:
     # every server is stopped by this stack, in reverse order, whatever fails after it started
     # (before, a failure between starting Postgres and the `finally` left it running)
     stack = contextlib.ExitStack()
-    stack.callback(shutil.rmtree, tmp, True)
-    handle = start(
-        install(cache), tmp / "n8n", extra_env={"N8N_EXPRESSION_ENGINE": engine} if engine else None
-    )
-    stack.callback(stop, tmp / "n8n")
-    radicale, rproc = start_radicale(tmp / "radicale")
-    stack.callback(rproc.wait, 10)
-    stack.callback(rproc.terminate)
-    slow = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    threading.Thread(target=slow.serve_forever, daemon=True).start()
-    stack.callback(slow.shutdown)
-    slow_url = f"http://127.0.0.1:{slow.server_address[1]}"
-    db = Database.from_url(stack.enter_context(embedded_server(tmp / "pg")))
-    stack.callback(db.dispose)
-    registry = load_registry(source_registry_dir())
-    ring = KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=time_now())
-    settings = {"caldav_base_url": radicale.base_url, "smtp_from": "cs@example.com"}
-    for u in (ALICE, BOB):
-        radicale.make_calendar(u)
-    rows: list[tuple[str, list[float]]] = []
-    try:
+    try:  # every server started below is stopped, whatever fails
+        stack.callback(shutil.rmtree, tmp, True)
+        handle = start(
+            install(cache),
+            tmp / "n8n",
+            extra_env={"N8N_EXPRESSION_ENGINE": engine} if engine else None,
+        )
+        stack.callback(stop, tmp / "n8n")
+        radicale, rproc = start_radicale(tmp / "radicale")
+        stack.callback(rproc.wait, 10)
+        stack.callback(rproc.terminate)
+        slow = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+        threading.Thread(target=slow.serve_forever, daemon=True).start()
+        stack.callback(slow.shutdown)
+        slow_url = f"http://127.0.0.1:{slow.server_address[1]}"
+        db = Database.from_url(stack.enter_context(embedded_server(tmp / "pg")))
+        stack.callback(db.dispose)
+        registry = load_registry(source_registry_dir())
+        ring = KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=time_now())
+        settings = {"caldav_base_url": radicale.base_url, "smtp_from": "cs@example.com"}
+        for u in (ALICE, BOB):
+            radicale.make_calendar(u)
+        rows: list[tuple[str, list[float]]] = []
         async with N8nClient(handle.base_url, handle.api_key) as client:
             transport = N8nTransport(client)
             recorder = StoreRecorder(db, clock=system_clock)
