@@ -736,8 +736,10 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
     @app.post("/v1/memory/forget", tags=["memory"])
     async def forget(body: ForgetRequest, who: Caller) -> dict[str, Any]:
         """Forget everything about the caller (``{"all": true}``: the account too) or one
-        subject, from every table, the audit log (redacted) and n8n's executions; audited
-        without the forgotten content."""
+        subject: the Temporal runs and n8n executions of their plans first, then every table
+        and the audit log (redacted); audited without the forgotten content. A runtime that
+        is down: 503 ``forget_incomplete`` with nothing deleted — the same request again
+        finishes."""
         return await service.forget(who.user_id, body.to_json())
 
     @app.get("/v1/memory/export", tags=["memory"])

@@ -561,8 +561,8 @@ class PlanService:
     async def _erase_runs(self, plan_ids: Sequence[str]) -> int | None:
         """Delete the Temporal runs of these plans (every run of a ContinueAsNew chain; a running
         one is terminated first by the server), found by the ``plan_id`` search attribute."""
-        if self.temporal is None or not plan_ids:
-            return None
+        if self.temporal is None:
+            return None  # no Temporal configured: nothing ran there
         deleted = 0
         for i in range(0, len(plan_ids), 50):
             # plan ids are checked ULIDs, so they can be quoted into the visibility query
@@ -673,7 +673,7 @@ class PlanService:
         except CountersignError as e:
             runtimes["n8n"] = {"error": e.code}
         try:
-            runs = await self._runs_of(plan_ids) if plan_ids or self.temporal is None else []
+            runs = await self._runs_of(plan_ids)
             runtimes["temporal"] = None if runs is None else {"runs": runs}
         except CountersignError as e:
             runtimes["temporal"] = {"error": e.code}
