@@ -46,10 +46,11 @@ SQLITE_PRAGMAS: dict[str, str] = {"journal_mode": "wal", "synchronous": "NORMAL"
 
 #: dynamic config values the dev server is started with (``--dynamic-config-value KEY=JSON``).
 #: The dev server, unless told otherwise, re-reads the namespace's search attributes from SQLite
-#: on every use (each start that sets them, each upsert, each visibility task): ~8,000 reads for
+#: on every use (each start that sets them, each upsert, each visibility task): ~8,400 reads for
 #: 300 one-poll watchers, on its one SQLite connection. With the cache a cluster uses by default,
-#: client starts went from ~77 to ~200 /s (LLD "Scale"); an attribute added while the server runs
-#: is usable ~2 s later (``worker.register_search_attributes`` waits for it).
+#: client starts went up 1.2-1.3x on a quiet machine and 2.5-3x under load (LLD "Scale"); an
+#: attribute added while the server runs is usable ~2 s later
+#: (``worker.register_search_attributes`` waits for it).
 DYNAMIC_CONFIG: dict[str, object] = {"system.forceSearchAttributesCacheRefreshOnRead": False}
 
 
