@@ -294,10 +294,10 @@ class Run:
 
 def _registry_with_in_turn(src: Path) -> Path:
     """A copy of the shipped registry with ``find_meeting_time_in_turn`` added, for this bench's
-    throwaway stack only; returns its ``registry/`` folder. A file, not ``PUT /v1/registry/…``: the
-    durable worker loads the registry folder when it starts and does not see edits made over the
-    API, so after a PUT every watcher signed against the new version fails on the worker
-    (``registry_changed``) until it restarts. ``up`` also signs the example intent it finds at
+    throwaway stack only; returns its ``registry/`` folder. A file, not ``PUT /v1/registry/…``:
+    a PUT changes the registry version, which would refuse the plans the bench's other cases
+    signed before it (the durable worker follows API edits since it reads the effective
+    registry; DurableOrchestrator SPEC). ``up`` also signs the example intent it finds at
     ``<registry>/../usecases/meeting/fixtures/``, so that one file is copied along."""
     repo = Path(__file__).resolve().parents[1]
     shutil.copytree(repo / "registry", src / "registry")

@@ -1265,6 +1265,41 @@ def test_worker_refuses_a_plan_signed_against_another_registry_or_expired(
         assert list(rows) == ["registry_changed", "plan_expired"]
 
 
+def test_worker_follows_registry_edits_made_through_the_api(
+    db: Database, registry: Registry, keyring: KeyRing
+) -> None:
+    """A registry edit through the API (``RegistryStore.put``) gives a new registry version; a
+    worker started before it runs a plan signed after it without a restart (it reads the
+    effective registry again when a plan names another version), and still refuses a plan
+    signed before the edit, as the API does. Without a source it would refuse the new plan."""
+    import yaml
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from countersign.audit import AuditLog
+    from countersign.kernel import source_registry_dir, system_clock
+    from countersign.steps import RegistryStore
+
+    store = RegistryStore(db, source_registry_dir(), AuditLog(clock=system_clock), system_clock)
+    before = _signed(registry, keyring)
+    doc = yaml.safe_load((source_registry_dir() / "connectors" / "visa.sandbox.yaml").read_text())
+    doc["description"] = "Visa appointments (edited through the API)"
+    edited = store.put("connectors", "visa.sandbox", doc, author="admin@example.com")
+    assert edited.version != registry.version
+    after = _signed(edited, keyring)
+    env = ActivityEnvironment()
+    follows = DurableActivities(
+        db, keys=keyring, registry=registry, settings={}, registry_source=store.current
+    )
+    assert env.run(follows.verify_plan, after) is not None
+    assert follows.registry.version == edited.version
+    stays = DurableActivities(db, keys=keyring, registry=registry, settings={})
+    for acts, signed in ((follows, before), (stays, after)):
+        with pytest.raises(ApplicationError) as info:
+            env.run(acts.verify_plan, signed)
+        assert info.value.type == "registry_changed" and info.value.non_retryable
+
+
 @pytest.mark.parametrize(
     ("activity_name", "step", "override"),
     [

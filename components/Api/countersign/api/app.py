@@ -37,7 +37,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from countersign.contextrag import ForgetRequest, MemoryWrite, PrefsUpdate
 from countersign.durable import EncryptionCodec
 from countersign.kernel import CountersignError, InputError, Needs, format_utc
-from countersign.steps import StepTransport
+from countersign.steps import RegistryKind as Kind
+from countersign.steps import RegistryStore, StepTransport
 
 from .codec import CodecCors, CodecPayloads, decode_for, encode_for, from_wire, to_wire
 from .errors import (
@@ -51,7 +52,6 @@ from .errors import (
 )
 from .events import EventHub
 from .problems import extras_for, problem, status_for
-from .registry_store import Kind, RegistryStore
 from .service import PlanService
 from .users import Principal, UserStore
 

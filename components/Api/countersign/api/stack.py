@@ -32,13 +32,12 @@ from countersign.n8n import status as n8n_status
 from countersign.planwriter import PlanWriter
 from countersign.sandbox import sandbox_status
 from countersign.signer import open_keyring
-from countersign.steps import N8nTransport, StepTransport
+from countersign.steps import N8nTransport, RegistryStore, StepTransport
 from countersign.storage import Database
 from countersign.workflowbuilder import CredentialRef
 
 from .app import ApiConfig, create_app
 from .reads import Reads
-from .registry_store import RegistryStore
 from .service import PlanService
 from .users import UserStore
 

@@ -26,13 +26,12 @@ from countersign.n8n import N8nClient, N8nHandle
 from countersign.registry import Registry
 from countersign.sandbox import Radicale, SmtpSink
 from countersign.signer import KeyRing
-from countersign.steps import N8nTransport, StepTransport
+from countersign.steps import N8nTransport, RegistryStore, StepTransport
 from countersign.storage import Database
 from countersign.workflowbuilder import CredentialRef
 
 from .app import ApiConfig, create_app
 from .reads import Reads
-from .registry_store import RegistryStore
 from .service import PlanService
 from .users import UserStore
 

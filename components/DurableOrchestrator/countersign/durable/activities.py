@@ -80,8 +80,13 @@ class DurableActivities:
         settings: Mapping[str, str],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         plan_writer: PlanWriter | None = None,
+        registry_source: Callable[[], Registry] | None = None,
     ) -> None:
         self.db = db
+        #: the effective registry now (the shipped folder + API edits, ``steps.RegistryStore``):
+        #: read again when a plan names another registry version than the one held, so a plan
+        #: signed after an edit through the API runs without restarting the worker
+        self.registry_source = registry_source
         #: writes a finished plan's outcomes to History and the PlanLibrary (issue 15.5)
         self.plan_writer = plan_writer
         self.clock = clock
@@ -106,6 +111,11 @@ class DurableActivities:
         its TTL (``countersign.steps.check_current``); else audited and non-retryable."""
         try:
             verified = verify_signed_plan(signed, keys=self.keys)
+            signed_with = verified.plan.meta.registry_version
+            if signed_with != self.registry.version and self.registry_source is not None:
+                # the API may have edited the registry since this worker started: follow it (a
+                # plan signed against an older registry stays refused, as the API refuses it)
+                self.registry = self.registry_source()
             check_current(verified.plan, registry_version=self.registry.version, now=self.clock())
         except CountersignError as e:
             kind = "plan_refused" if isinstance(e, PlanNotCurrentError) else "signature_refused"

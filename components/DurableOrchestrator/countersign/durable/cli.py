@@ -8,10 +8,11 @@ import json
 import typer
 from temporalio.service import RPCError
 
-from countersign.kernel import Settings
+from countersign.audit import AuditLog
+from countersign.kernel import Settings, system_clock
 from countersign.planwriter import PlanWriter
-from countersign.registry import load_registry
 from countersign.signer import open_keyring
+from countersign.steps import RegistryStore
 from countersign.storage import Database
 
 from .activities import DurableActivities
@@ -68,10 +69,14 @@ def worker_cmd() -> None:
 
     settings = Settings()
     db = Database.open(settings)
+    registry_store = RegistryStore(
+        db, settings.registry_dir, AuditLog(clock=system_clock), system_clock
+    )
     acts = DurableActivities(
         db,
         keys=open_keyring(settings, now=datetime.now(UTC)),
-        registry=load_registry(settings.registry_dir),
+        registry=registry_store.current(),
+        registry_source=registry_store.current,
         settings=settings.connector_settings,
         plan_writer=PlanWriter.for_settings(db, settings, clock=lambda: datetime.now(UTC)),
     )

@@ -1,11 +1,14 @@
 """StepRunner: the floor under Preview, Execute and Durable — verify before anything runs, the
 one DAG scheduler (``run_dag``), one step on its runtime (``N8nStepRunner`` over a
 ``StepTransport``), the recorder, how one write is sent at most once (the write protocol and its
-``classify``), and how writes are undone."""
+``classify``), how writes are undone, and the effective registry (the shipped folder plus API
+edits, ``RegistryStore``: the API edits it, the durable worker follows it)."""
 
 from .adapters import N8nTransport, StoreRecorder
 from .budget import OverBudgetError, check_budget
 from .compensation import compensation_steps
+from .registry_store import Kind as RegistryKind
+from .registry_store import RegistryStore
 from .runner import (
     N8nStepRunner,
     PreparedStep,
@@ -38,6 +41,8 @@ __all__ = [
     "PreparedStep",
     "PreviewRefusedError",
     "RegistryChangedError",
+    "RegistryKind",
+    "RegistryStore",
     "Replay",
     "StepFailedError",
     "StepRecorder",

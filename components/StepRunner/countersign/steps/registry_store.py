@@ -1,4 +1,6 @@
-"""Registry files edited through the API (runs SQL: a store).
+"""Registry files edited through the API (runs SQL: a store). Lives on the StepRunner floor so
+the API (which edits it) and the durable worker (which follows it: a plan signed against the
+newest registry verifies there without a restart) read one effective registry.
 
 Every accepted edit is a new revision of one file; the effective registry is the shipped folder
 overlaid with the newest revision of each edited file. An edit is validated as part of the whole
