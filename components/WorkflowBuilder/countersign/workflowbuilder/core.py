@@ -228,11 +228,32 @@ def build_workflow_for_step(
     """
     del plan, plan_hash  # the workflow is the same for every plan (see above)
     creds = credentials or {}
+    node_name, key, node = _op_node(s, registry, creds, root="$json.body")
+    path = f"cs-op-{key}"
+    workflow = {
+        "name": f"countersign op {s.uses}.{s.call} [{key}]",
+        "nodes": [_trigger(key, "op", path, creds), node],
+        "connections": {TRIGGER: {"main": [[{"node": node_name, "type": "main", "index": 0}]]}},
+        "settings": _settings(),
+    }
+    return StepWorkflow(step=s.step, path=path, workflow=workflow)
+
+
+def _op_node(
+    s: PlanStep,
+    registry: Registry,
+    creds: Mapping[str, CredentialRef],
+    *,
+    root: str,
+    batch: bool = False,
+) -> tuple[str, str, dict[str, Any]]:
+    """The op's node reading its data under ``root``, and the content key that names the
+    workflow around it: ``(node name, key, node)``."""
     bound = resolve_step(s, registry)
     node: dict[str, Any] = {
         "type": bound.node_type,
         "typeVersion": bound.type_version,
-        "parameters": _node_parameters(bound, "$json.body"),
+        "parameters": _node_parameters(bound, root),
     }
     cred = _credentials(bound, creds)
     if cred is not None:
@@ -241,18 +262,13 @@ def build_workflow_for_step(
     # the op's name is part of the content: two ops whose nodes happen to be identical (a DELETE
     # of a templated URL, say) would otherwise share a webhook path under two workflow names, and
     # n8n refuses to activate the second (409 "conflict with one of the webhooks")
-    key = hashlib.sha256(
-        json.dumps({"op": node_name, **node}, sort_keys=True).encode()
-    ).hexdigest()[:16]
-    path = f"cs-op-{key}"
-    node = {"id": _uid(key, "node"), "name": node_name, "position": [300, 0], **node}
-    workflow = {
-        "name": f"countersign op {s.uses}.{s.call} [{key}]",
-        "nodes": [_trigger(key, "op", path, creds), node],
-        "connections": {TRIGGER: {"main": [[{"node": node_name, "type": "main", "index": 0}]]}},
-        "settings": _settings(),
-    }
-    return StepWorkflow(step=s.step, path=path, workflow=workflow)
+    content: dict[str, Any] = {"op": node_name, **({"batch": True} if batch else {}), **node}
+    key = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    return (
+        node_name,
+        key,
+        {"id": _uid(key, "node"), "name": node_name, "position": [300, 0], **node},
+    )
 
 
 def build_batch_workflow(
@@ -272,19 +288,7 @@ def build_batch_workflow(
     after ``read_only_violations`` passed on it.
     """
     creds = credentials or {}
-    bound = resolve_step(s, registry)
-    node: dict[str, Any] = {
-        "type": bound.node_type,
-        "typeVersion": bound.type_version,
-        "parameters": _node_parameters(bound, "$json"),
-    }
-    cred = _credentials(bound, creds)
-    if cred is not None:
-        node["credentials"] = cred
-    node_name = f"{s.uses}.{s.call}"
-    key = hashlib.sha256(
-        json.dumps({"op": node_name, "batch": True, **node}, sort_keys=True).encode()
-    ).hexdigest()[:16]
+    node_name, key, node = _op_node(s, registry, creds, root="$json", batch=True)
     path = f"cs-batch-{key}"
     trigger = _trigger(key, "batch", path, creds)
     trigger["parameters"]["responseData"] = "allEntries"
@@ -296,7 +300,6 @@ def build_batch_workflow(
         "position": [150, 0],
         "parameters": {"fieldToSplitOut": BATCH_FIELD, "include": "noOtherFields", "options": {}},
     }
-    node = {"id": _uid(key, "node"), "name": node_name, "position": [300, 0], **node}
     workflow = {
         # not a prefix of the step workflow's name: n8n's name filter matches substrings
         "name": f"countersign batch {s.uses}.{s.call} [{key}]",
