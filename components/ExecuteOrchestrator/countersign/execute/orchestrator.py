@@ -214,7 +214,7 @@ class Executor:
         # one read of the plan's steps gives both what the preview saw (outputs + fingerprints)
         # and how far earlier executes got (issue 16.0: one transaction instead of two)
         row = store.get(plan.plan_id)
-        preview_out, prints = _preview_of(row)
+        preview_out, prints = store.preview_in(row)
         reads = sorted({r for w in specs for r in w.reads})
         if reads and not prints:
             raise ExecuteRefusedError(
@@ -739,17 +739,6 @@ def _progress(row: Mapping[str, Any] | None) -> dict[int, tuple[str, Any]]:
     if row is None:
         return {}
     return {int(s["step"]): (str(s["status"]), s["output"]) for s in row["steps"]}
-
-
-def _preview_of(row: Mapping[str, Any] | None) -> tuple[dict[int, Any], dict[int, str]]:
-    """What the preview read, from the plan row's steps (``PlanStore.preview_of``'s rows: the
-    steps with a fingerprint)."""
-    steps = row["steps"] if row is not None else []
-    seen = [s for s in steps if s["fingerprint"] is not None]
-    return (
-        {int(s["step"]): s["output"] for s in seen},
-        {int(s["step"]): str(s["fingerprint"]) for s in seen},
-    )
 
 
 def _output(result: Any) -> Any:

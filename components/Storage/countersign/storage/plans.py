@@ -217,6 +217,18 @@ class PlanStore:
                 {"now": now, "p": plan_id},
             )
 
+    @staticmethod
+    def preview_in(row: Mapping[str, Any] | None) -> tuple[dict[int, Any], dict[int, str]]:
+        """``preview_of`` from a row ``get`` returned (the steps with a fingerprint), so a caller
+        that needs both the plan's progress and its preview reads the plan once."""
+        seen = [
+            s for s in (row["steps"] if row is not None else []) if s["fingerprint"] is not None
+        ]
+        return (
+            {int(s["step"]): s["output"] for s in seen},
+            {int(s["step"]): str(s["fingerprint"]) for s in seen},
+        )
+
     def preview_of(self, plan_id: str) -> tuple[dict[int, Any], dict[int, str]]:
         """The stored preview outputs and fingerprints of a plan's reads."""
         with self.db.tx() as c:
