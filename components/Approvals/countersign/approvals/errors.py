@@ -9,6 +9,7 @@ __all__ = [
     "GateApprovedError",
     "GateDecidedError",
     "GateRejectedError",
+    "TokenChoiceMismatchError",
     "TokenExpiredError",
     "TokenGateMismatchError",
     "TokenPlanMismatchError",
@@ -83,3 +84,10 @@ class GateApprovedError(GateDecidedError):
     """The gate was approved (a token for it was redeemed): it can no longer be rejected."""
 
     code = "gate_already_approved"
+
+
+class TokenChoiceMismatchError(ApprovalError):
+    """The stored choice no longer has the hash stored with it (the row was changed after the
+    approval): the token is not spent and the gate is not approved."""
+
+    code = "token_choice_mismatch"

@@ -23,6 +23,15 @@ rejected (the token is put back unspent and the redemption is refused: ``GateRej
 never both. A rejected row is never changed, so after a reject no token for that gate redeems.
 ``issue`` and ``reject`` take a per-gate transaction lock, so a token is never issued for a gate
 whose rejection has committed. Every refusal is named and audited in the same transaction.
+
+The choice is bound by its hash (SPEC §2): ``issue`` stores ``choice_hash = content_hash(choice)``
+(RFC 8785 bytes, sha256; a null choice hashes ``null``) with the token; redemption hashes the
+stored choice again and refuses a row whose choice no longer has its hash
+(``TokenChoiceMismatchError``: the statement's work is rolled back, the refusal audited).
+
+With a ``receipts=`` signer, every decision — ``issue`` (an approval, with its choice hash) and
+``reject`` — appends a signed receipt to the plan's chain in the same transaction
+(``receipts.py``, SPEC §4).
 """
 
 from __future__ import annotations
@@ -39,13 +48,14 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from countersign.audit import AuditLog
-from countersign.kernel import ApprovalToken, InputError, Policy
+from countersign.kernel import ApprovalToken, ContractError, InputError, Policy, content_hash
 from countersign.storage import AuditSink, Database
 
 from .errors import (
     ApprovalError,
     GateApprovedError,
     GateRejectedError,
+    TokenChoiceMismatchError,
     TokenExpiredError,
     TokenGateMismatchError,
     TokenPlanMismatchError,
@@ -54,8 +64,9 @@ from .errors import (
     TokenUnknownError,
     TokenUserMismatchError,
 )
+from .receipts import ReceiptSigner, append_receipt, read_receipts
 
-__all__ = ["Approvals", "GateDecision", "Redemption", "token_hash"]
+__all__ = ["NULL_CHOICE_HASH", "Approvals", "GateDecision", "Redemption", "token_hash"]
 
 _GATE = re.compile(r"^gate-[A-Z]{1,3}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -68,12 +79,14 @@ def token_hash(token: str) -> str:
 
 @dataclass(frozen=True)
 class Redemption:
-    """A redeemed token: the gate is approved, with the person's choice."""
+    """A redeemed token: the gate is approved, with the person's choice and its hash."""
 
     plan_id: str
     gate_id: str
     user_id: str
     choice: Any
+    #: sha256 hex of the choice's RFC 8785 bytes (checked against the stored choice)
+    choice_hash: str
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,8 @@ class GateDecision:
     decision: str
     choice: Any
     reason: str | None
+    #: sha256 hex of the choice's RFC 8785 bytes (``null`` hashed for a rejection)
+    choice_hash: str
 
 
 class Approvals:
@@ -98,10 +113,13 @@ class Approvals:
         clock: Callable[[], datetime],
         audit: AuditSink | None = None,
         max_ttl_s: int | None = None,
+        receipts: ReceiptSigner | None = None,
     ) -> None:
         self.db = db
         self._clock = clock
         self._audit: AuditSink = audit or AuditLog(clock=clock)
+        #: signs each decision's receipt (SPEC §4); None = no receipts (tests, tools)
+        self.receipts = receipts
         #: the Policy's ``approval_ttl_s``: no token lives longer (default: the default Policy's)
         self.max_ttl_s = max_ttl_s if max_ttl_s is not None else Policy().approval_ttl_s
 
@@ -131,11 +149,14 @@ class Approvals:
         """The person approved this gate (with an optional choice): a token to execute with.
 
         The token expires after ``ttl_s``, at most the Policy's ``approval_ttl_s``, and never
-        after ``not_after`` (the plan's own expiry, when the caller knows it).
+        after ``not_after`` (the plan's own expiry, when the caller knows it). The choice's hash
+        is stored with it; with a receipt signer the approval's signed receipt is appended to the
+        plan's chain in the same transaction.
 
         Raises:
-            InputError: malformed ids, ``ttl_s`` over the policy, or a plan already expired
-                (before any SQL).
+            InputError: malformed ids, ``ttl_s`` over the policy, a plan already expired, or a
+                choice that canonical JSON cannot carry exactly (before any SQL), or one that
+                would not read back from the database as given.
             GateRejectedError: the gate was rejected (audited as ``token_issue_refused``).
         """
         self._check(plan_id, plan_hash, gate_id, user_id)
@@ -155,6 +176,7 @@ class Approvals:
                     "issued for it; plan again"
                 )
             exp = min(exp, not_after)
+        choice_hash = content_hash(choice)
         th = token_hash(token)
         with self.db.tx() as c:
             _lock_gate(c, plan_id, gate_id)
@@ -176,36 +198,19 @@ class Approvals:
                     },
                 )
             else:
-                c.execute(
-                    text(
-                        """
-                        INSERT INTO approval_tokens (token_hash, plan_id, plan_hash, gate_id, user_id, scopes,
-                                                     choice, issued_at, expires_at)
-                        VALUES (:h, :p, :ph, :g, :u, CAST(:sc AS jsonb), CAST(:ch AS jsonb), :now, :exp)
-                        """
-                    ),
-                    {
-                        "h": th,
-                        "p": plan_id,
-                        "ph": plan_hash,
-                        "g": gate_id,
-                        "u": user_id,
-                        "sc": json.dumps(sorted(set(scopes))),
-                        "ch": json.dumps(choice),
-                        "now": now,
-                        "exp": exp,
-                    },
-                )
-                self._audit.append(
+                self._store_token(
                     c,
-                    {
-                        "kind": "token_issued",
-                        "status": "ok",
-                        "actor": user_id,
-                        "plan_id": plan_id,
-                        "op": gate_id,
-                        "details": {"token_ref": th[:12], "ttl_s": ttl_s},
-                    },
+                    th,
+                    plan_id=plan_id,
+                    plan_hash=plan_hash,
+                    gate_id=gate_id,
+                    user_id=user_id,
+                    scopes=sorted(set(scopes)),
+                    choice=choice,
+                    choice_hash=choice_hash,
+                    now=now,
+                    exp=exp,
+                    ttl_s=ttl_s,
                 )
                 return ApprovalToken(
                     token=token,
@@ -216,6 +221,71 @@ class Approvals:
                     scopes=sorted(set(scopes)),
                 )
         raise refusal
+
+    def _store_token(
+        self,
+        c: Connection,
+        th: str,
+        *,
+        plan_id: str,
+        plan_hash: str,
+        gate_id: str,
+        user_id: str,
+        scopes: list[str],
+        choice: Any,
+        choice_hash: str,
+        now: datetime,
+        exp: datetime,
+        ttl_s: int,
+    ) -> None:
+        """Insert the token with its choice and choice hash, sign the approval's receipt, audit."""
+        back = c.execute(
+            _INSERT_TOKEN,
+            {
+                "h": th,
+                "p": plan_id,
+                "ph": plan_hash,
+                "g": gate_id,
+                "u": user_id,
+                "sc": json.dumps(scopes),
+                "ch": json.dumps(choice),
+                "chh": choice_hash,
+                "now": now,
+                "exp": exp,
+            },
+        ).scalar_one()
+        if _hash_of(back) != choice_hash:
+            raise InputError(
+                f"the choice for {gate_id} would not read back from the database as given "
+                "(a number beyond 2^53-1 or text with NUL): approve with another choice"
+            )
+        receipt = None
+        if self.receipts is not None:
+            receipt = append_receipt(
+                c,
+                self.receipts,
+                plan_id=plan_id,
+                plan_hash=plan_hash,
+                gate_id=gate_id,
+                user_id=user_id,
+                choice_hash=choice_hash,
+                decision="approved",
+                decided_at=now,
+                token_id=th[:12],
+            )
+        self._audit.append(
+            c,
+            {
+                "kind": "token_issued",
+                "status": "ok",
+                "actor": user_id,
+                "plan_id": plan_id,
+                "op": gate_id,
+                "details": {"token_ref": th[:12], "ttl_s": ttl_s, "choice_hash": choice_hash},
+            },
+        )
+        if receipt is not None:
+            self._audit.append(c, receipt)
 
     def redeem(
         self,
@@ -234,11 +304,32 @@ class Approvals:
             TokenUnknownError, TokenPlanMismatchError, TokenGateMismatchError,
             TokenUserMismatchError, TokenExpiredError, TokenReusedError, TokenScopeError,
             GateRejectedError: refused (and audited as ``token_refused``); the token is not spent.
+            TokenChoiceMismatchError: the stored choice no longer has its stored hash (the row
+                was changed): the statement's work is rolled back, the refusal audited after it.
         """
         self._check(plan_id, plan_hash, gate_id, user_id)
         if not isinstance(token, str) or not 8 <= len(token) <= 200:
             raise InputError("token must be a string of 8..200 characters")
         th = token_hash(token)
+        who = actor or user_id
+        try:
+            return self._spend(th, plan_id, plan_hash, gate_id, user_id, required_scopes, who)
+        except TokenChoiceMismatchError as e:
+            with self.db.tx() as c:  # the spend and the decision were rolled back with the tx
+                self._audit.append(c, _refused(who, plan_id, gate_id, e.code, th))
+            raise
+
+    def _spend(
+        self,
+        th: str,
+        plan_id: str,
+        plan_hash: str,
+        gate_id: str,
+        user_id: str,
+        required_scopes: Sequence[str],
+        who: str,
+    ) -> Redemption:
+        """The one redemption statement, its check of the choice hash, and its audit rows."""
         now = self._clock()
         refusal: ApprovalError
         with self.db.tx() as c:
@@ -254,19 +345,24 @@ class Approvals:
                 },
             ).first()
             if row is not None and row.won:
+                _check_choice(row, gate_id)
                 self._audit.append(
                     c,
                     {
                         "kind": "gate_approved",
                         "status": "ok",
-                        "actor": actor or user_id,
+                        "actor": who,
                         "plan_id": row.plan_id,
                         "op": gate_id,
-                        "details": {"token_ref": th[:12]},
+                        "details": {"token_ref": th[:12], "choice_hash": row.choice_hash},
                     },
                 )
                 return Redemption(
-                    plan_id=row.plan_id, gate_id=gate_id, user_id=user_id, choice=row.choice
+                    plan_id=row.plan_id,
+                    gate_id=gate_id,
+                    user_id=user_id,
+                    choice=row.choice,
+                    choice_hash=row.choice_hash,
                 )
             if row is not None:
                 # Lost the race to a reject that committed after this statement's snapshot: the
@@ -285,18 +381,7 @@ class Approvals:
                 user_id=user_id,
                 required=required_scopes,
             )
-            self._audit.append(
-                c,
-                {
-                    "kind": "token_refused",
-                    "status": "refused",
-                    "actor": actor or user_id,
-                    "plan_id": plan_id,
-                    "op": gate_id,
-                    "reason": refusal.code,
-                    "details": {"token_ref": th[:12]},
-                },
-            )
+            self._audit.append(c, _refused(who, plan_id, gate_id, refusal.code, th))
         raise refusal
 
     def _diagnose(
@@ -350,13 +435,15 @@ class Approvals:
             Both are audited as ``gate_reject_refused``.
         """
         self._check(plan_id, plan_hash, gate_id, user_id)
+        now = self._clock()
         with self.db.tx() as c:
             _lock_gate(c, plan_id, gate_id)
             done = c.execute(
                 text(
                     """
-                    INSERT INTO gate_decisions (plan_id, gate_id, plan_hash, user_id, decision, reason, decided_at)
-                    VALUES (:p, :g, :ph, :u, 'rejected', :r, :now)
+                    INSERT INTO gate_decisions (plan_id, gate_id, plan_hash, user_id, decision, reason, decided_at,
+                                                choice_hash)
+                    VALUES (:p, :g, :ph, :u, 'rejected', :r, :now, :chh)
                     ON CONFLICT (plan_id, gate_id) DO NOTHING RETURNING plan_id
                     """
                 ),
@@ -366,10 +453,25 @@ class Approvals:
                     "ph": plan_hash,
                     "u": user_id,
                     "r": (reason or "")[:500] or None,
-                    "now": self._clock(),
+                    "now": now,
+                    "chh": NULL_CHOICE_HASH,
                 },
             ).first()
             if done is not None:
+                receipt = None
+                if self.receipts is not None:
+                    receipt = append_receipt(
+                        c,
+                        self.receipts,
+                        plan_id=plan_id,
+                        plan_hash=plan_hash,
+                        gate_id=gate_id,
+                        user_id=user_id,
+                        choice_hash=NULL_CHOICE_HASH,
+                        decision="rejected",
+                        decided_at=now,
+                        token_id=None,
+                    )
                 self._audit.append(
                     c,
                     {
@@ -381,6 +483,8 @@ class Approvals:
                         "reason": (reason or None) and reason[:500],
                     },
                 )
+                if receipt is not None:
+                    self._audit.append(c, receipt)
                 return
             # The row exists and is committed (ON CONFLICT waited for any writer of it).
             decided = _decision_row(c, plan_id, gate_id)
@@ -423,7 +527,13 @@ class Approvals:
             decision=r.decision,
             choice=r.choice,
             reason=r.reason,
+            choice_hash=r.choice_hash,
         )
+
+    def receipt_chain(self, plan_id: str) -> list[dict[str, Any]]:
+        """The plan's signed receipts in chain order, ``[{"receipt", "signature"}, …]``."""
+        with self.db.tx() as c:
+            return read_receipts(c, plan_id)
 
 
 # Spend the token and claim the gate's decision in one statement (module docstring). ``won`` is
@@ -437,16 +547,63 @@ _REDEEM = text(
         AND scopes @> CAST(:need AS jsonb)
         AND NOT EXISTS (SELECT 1 FROM gate_decisions d WHERE d.plan_id = approval_tokens.plan_id
                         AND d.gate_id = approval_tokens.gate_id AND d.decision = 'rejected')
-      RETURNING plan_id, choice),
+      RETURNING plan_id, choice, choice_hash),
     d AS (
-      INSERT INTO gate_decisions (plan_id, gate_id, plan_hash, user_id, decision, choice, decided_at)
-      SELECT t.plan_id, :g, :ph, :u, 'approved', t.choice, :now FROM t
+      INSERT INTO gate_decisions (plan_id, gate_id, plan_hash, user_id, decision, choice, decided_at,
+                                  choice_hash)
+      SELECT t.plan_id, :g, :ph, :u, 'approved', t.choice, :now, t.choice_hash FROM t
       ON CONFLICT (plan_id, gate_id) DO UPDATE SET choice = EXCLUDED.choice,
-        decided_at = EXCLUDED.decided_at WHERE gate_decisions.decision = 'approved'
+        choice_hash = EXCLUDED.choice_hash, decided_at = EXCLUDED.decided_at
+        WHERE gate_decisions.decision = 'approved'
       RETURNING plan_id)
-    SELECT t.plan_id, t.choice, EXISTS (SELECT 1 FROM d) AS won FROM t
+    SELECT t.plan_id, t.choice, t.choice_hash, EXISTS (SELECT 1 FROM d) AS won FROM t
     """
 )
+
+
+_INSERT_TOKEN = text(
+    """
+    INSERT INTO approval_tokens (token_hash, plan_id, plan_hash, gate_id, user_id, scopes, choice,
+                                 choice_hash, issued_at, expires_at)
+    VALUES (:h, :p, :ph, :g, :u, CAST(:sc AS jsonb), CAST(:ch AS jsonb), :chh, :now, :exp)
+    RETURNING choice
+    """
+)
+
+#: the choice hash of no choice (a rejection; an approval without a choice)
+NULL_CHOICE_HASH = content_hash(None)
+
+
+def _hash_of(choice: Any) -> str | None:
+    """The choice's hash as read back, or None when canonical JSON cannot carry it."""
+    try:
+        return content_hash(choice)
+    except ContractError:
+        return None
+
+
+def _check_choice(row: Any, gate_id: str) -> None:
+    """The redeemed row's choice must still have the hash stored at ``issue`` (SPEC §2)."""
+    found = _hash_of(row.choice)
+    if found != row.choice_hash:
+        raise TokenChoiceMismatchError(
+            f"redeem a token for {gate_id} of plan {row.plan_id}: the stored choice hashes to "
+            f"{(found or 'nothing canonical')[:16]}…, the approval stored "
+            f"{str(row.choice_hash)[:16]}… (the row was changed after the approval); "
+            "the token was not spent"
+        )
+
+
+def _refused(who: str, plan_id: str, gate_id: str, code: str, th: str) -> dict[str, Any]:
+    return {
+        "kind": "token_refused",
+        "status": "refused",
+        "actor": who,
+        "plan_id": plan_id,
+        "op": gate_id,
+        "reason": code,
+        "details": {"token_ref": th[:12]},
+    }
 
 
 def _decision_row(c: Connection, plan_id: str, gate_id: str) -> Any:
