@@ -682,6 +682,14 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         # one statement on the read pool: cheaper in the loop than a hop to a worker thread
         return _json_response(service.show(plan_id, who.user_id))
 
+    @app.get("/v1/plans/{plan_id}/receipts", tags=["plans"], response_model=dict[str, Any])
+    def get_receipts(plan_id: str, who: Caller) -> Response:
+        """The plan's approval receipts as a bundle that verifies offline (``countersign
+        receipts verify``): the signed plan, every gate decision signed, a signed head, keys."""
+        name = f"receipts-{plan_id}.json"
+        disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
+        return _json_response(service.receipts(plan_id, who.user_id), headers=disposition)
+
     @app.post("/v1/plans/{plan_id}/revise", status_code=201, tags=["plans"])
     async def revise(plan_id: str, body: ReviseRequest, who: Caller) -> Response:
         """A revision: the plan's intent with these entities changed, planned, signed and

@@ -52,7 +52,13 @@ from countersign.planwriter import PlanWriter
 from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.sandbox import DEMO_PEOPLE
-from countersign.signer import KeyRing, sign_plan, verify_signed_plan
+from countersign.signer import (
+    KeyRing,
+    ReceiptKeySigner,
+    make_bundle,
+    sign_plan,
+    verify_signed_plan,
+)
 from countersign.steps import (
     OverBudgetError,
     StepTransport,
@@ -120,7 +126,10 @@ class PlanService:
         self.audit = AuditLog(clock=self.clock)
         self.plans = PlanStore(self.db, clock=self.clock)
         self.recorder = StoreRecorder(self.db, clock=self.clock)
-        self.approvals = Approvals(self.db, clock=self.clock, audit=self.audit)
+        # every gate decision is a receipt signed by the service key (Approvals SPEC §4)
+        self.approvals = Approvals(
+            self.db, clock=self.clock, audit=self.audit, receipts=ReceiptKeySigner(self.keyring)
+        )
         self.events = EventLog(self.db, self.reads)
         self.conversations = ConversationStore(self.db, clock=self.clock)
         self.intake = Intake(self.registry, threshold=self.policy.intake_threshold)
@@ -264,6 +273,14 @@ class PlanService:
         if row is None or row["user_id"] != user_id:
             raise PlanNotFoundError(f"no plan {plan_id[:40]!r}")
         return row
+
+    def receipts(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        """The plan's receipt bundle (Signer SPEC §5): the signed plan as stored, its receipt
+        chain, a head signed now, the public keys — verifiable offline."""
+        document = self.document(plan_id, user_id)
+        chain = self.approvals.receipt_chain(plan_id)
+        signer = ReceiptKeySigner(self.keyring)
+        return make_bundle(document, chain, signer=signer, exported_at=self.clock())
 
     def document(self, plan_id: str, user_id: str) -> dict[str, Any]:
         """The stored signed plan of ``user_id`` (as stored: verification happens on use)."""

@@ -46,6 +46,7 @@ from countersign.steps import StoreRecorder
 from countersign.storage import Database
 
 from .db import app as db_app
+from .receipts import receipts_app
 from .stack import stack_down, stack_running, stack_up, wait_for_interrupt
 
 __all__ = ["app", "main"]
@@ -66,6 +67,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(n8n_app, name="n8n")
 app.add_typer(temporal_app, name="temporal")
 app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(receipts_app, name="receipts")
 register_api_verbs(app)
 
 EXIT_REFUSED = 1

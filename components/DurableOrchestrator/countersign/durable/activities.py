@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from countersign.approvals import Approvals
+from countersign.approvals import Approvals, ReceiptSigner
 from countersign.audit import AuditLog, GroupCommitAuditWriter
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
 from countersign.kernel import (
@@ -81,6 +81,7 @@ class DurableActivities:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         plan_writer: PlanWriter | None = None,
         registry_source: Callable[[], Registry] | None = None,
+        receipt_signer: ReceiptSigner | None = None,
     ) -> None:
         self.db = db
         #: the effective registry now (the shipped folder + API edits, ``steps.RegistryStore``):
@@ -95,7 +96,11 @@ class DurableActivities:
         self.settings = dict(settings)
         self.audit = AuditLog(clock=system_clock)
         self.ledger = IdempotencyLedger(db, audit=self.audit, clock=system_clock)
-        self.approvals = Approvals(db, audit=self.audit, clock=system_clock)
+        #: a rejection recorded here (a person's, or the approval timing out) is a signed receipt
+        #: in the plan's chain when the worker has the service key (Approvals SPEC §4)
+        self.approvals = Approvals(
+            db, audit=self.audit, clock=system_clock, receipts=receipt_signer
+        )
         self.plans = PlanStore(db, clock=system_clock)
         #: standalone audit rows of concurrent activities (a thread pool) share one commit each
         #: (issue 16: group commit; every caller still returns after its own row is durable)

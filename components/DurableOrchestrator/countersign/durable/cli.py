@@ -11,7 +11,7 @@ from temporalio.service import RPCError
 from countersign.audit import AuditLog
 from countersign.kernel import Settings, system_clock
 from countersign.planwriter import PlanWriter
-from countersign.signer import open_keyring
+from countersign.signer import ReceiptKeySigner, open_keyring
 from countersign.steps import RegistryStore
 from countersign.storage import Database
 
@@ -72,9 +72,11 @@ def worker_cmd() -> None:
     registry_store = RegistryStore(
         db, settings.registry_dir, AuditLog(clock=system_clock), system_clock
     )
+    ring = open_keyring(settings, now=datetime.now(UTC))
     acts = DurableActivities(
         db,
-        keys=open_keyring(settings, now=datetime.now(UTC)),
+        keys=ring,
+        receipt_signer=ReceiptKeySigner(ring),
         registry=registry_store.current(),
         registry_source=registry_store.current,
         settings=settings.connector_settings,

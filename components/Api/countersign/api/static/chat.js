@@ -65,7 +65,10 @@ function card(doc, preview, changes) {
     el("h2", {}, plan.intent.intent.replaceAll("_", " ")),
     el("p", { class: "meta" },
       `plan ${plan.plan_id} · hash ${doc.plan_hash.slice(0, 12)}… · signed by key ${doc.signature.pubkey_id} · `,
-      el("a", { href: `/plans/${plan.plan_id}` }, "open this card")),
+      el("a", { href: `/plans/${plan.plan_id}` }, "open this card"), " · ",
+      el("a", { href: `/v1/plans/${plan.plan_id}/receipts`, download: `receipts-${plan.plan_id}.json`,
+        title: "every gate decision, signed; check it offline with: countersign receipts verify FILE" },
+        "Download approval receipts")),
   );
   const dag = el("div", { class: "dag", "aria-label": "steps, in the order they can run" });
   for (const row of levels(plan.graph)) {
