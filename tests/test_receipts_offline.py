@@ -124,9 +124,9 @@ def test_a_bundle_from_real_decisions_verifies_offline_and_edits_name_the_link(
 
     f = tmp_path / "bundle.json"
     f.write_text(json.dumps(bundle, indent=2))
-    ok = verify(home, f)
-    assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.startswith(f"ok plan_id={pid} receipts=2 "), ok.stdout
+    checked = verify(home, f)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.startswith(f"ok plan_id={pid} receipts=2 "), checked.stdout
     assert not home.exists()  # nothing was read or created there
 
     def refused(edited: dict[str, Any], code: int, expected: str) -> None:
