@@ -27,11 +27,12 @@ the method, a header name or a body: the URL and the *value* of a query or heade
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from countersign.kernel import DocumentError, loads_strict
 
 __all__ = [
     "HTTP_REQUEST",
@@ -271,14 +272,30 @@ def _empty(value: Any) -> bool:
 
 
 def _walk(value: Any, path: str) -> list[tuple[str, Any]]:
-    """Every leaf of a parameter tree with its dotted path (``a.b[0].c``)."""
-    if isinstance(value, Mapping):
-        return [
-            leaf for k, v in value.items() for leaf in _walk(v, f"{path}.{k}" if path else str(k))
-        ]
-    if isinstance(value, list):
-        return [leaf for i, v in enumerate(value) for leaf in _walk(v, f"{path}[{i}]")]
-    return [(path, value)]
+    """Every leaf of a parameter tree with its dotted path (``a.b[0].c``), in document order.
+    Iterative, so a deep tree is walked rather than crashing the check."""
+    leaves: list[tuple[str, Any]] = []
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        at, v = stack.pop()
+        if isinstance(v, Mapping):
+            stack.extend((f"{at}.{k}" if at else str(k), c) for k, c in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((f"{at}[{i}]", c) for i, c in reversed(list(enumerate(v))))
+        else:
+            leaves.append((at, v))
+    return leaves
+
+
+def _literal(value: Any, allowed: frozenset[str]) -> bool:
+    """``value`` is one of ``allowed`` (a string: any other JSON value is a violation, never a
+    ``TypeError`` from hashing an object or a list)."""
+    return isinstance(value, str) and value in allowed
+
+
+def _keys(value: Mapping[Any, Any]) -> list[Any]:
+    """A mapping's keys in a stable order whatever their types."""
+    return sorted(value, key=lambda k: (type(k).__name__, str(k)))
 
 
 def _http_violations(name: str, version: float, p: Mapping[str, Any]) -> list[str]:
@@ -295,10 +312,10 @@ def _http_violations(name: str, version: float, p: Mapping[str, Any]) -> list[st
             f"{label} takes its method from {spec.method_param!r}; expected a literal "
             f"GET/HEAD/OPTIONS, found the expression {method!r}"
         )
-    elif method not in READ_METHODS:
+    elif not _literal(method, READ_METHODS):
         out.append(
             f"{label} takes its method from {spec.method_param!r}; expected GET/HEAD/OPTIONS, "
-            f"found {method!r}"
+            f"found {method!r:.80}"
         )
     # A method under the other version's name is not read by n8n, but it says what was meant.
     for other in ("method", "requestMethod"):
@@ -307,18 +324,18 @@ def _http_violations(name: str, version: float, p: Mapping[str, Any]) -> list[st
                 f"{label} takes its method from {spec.method_param!r}, not {other!r} "
                 f"(found {other}={p[other]!r})"
             )
-    for key in sorted(p):
+    for key in _keys(p):
         value = p[key]
         if key in spec.body_params:
             if not _empty(value):
-                out.append(f"{label} sends a body ({key}={value!r})")
+                out.append(f"{label} sends a body ({key}={value!r:.80})")
         elif key not in spec.params and key not in ("method", "requestMethod"):
             out.append(f"{label}: parameter {key!r} is not known to be read-only")
     options = p.get("options", {})
     if not isinstance(options, Mapping):
         out.append(f"{label}: options must be an object, found {options!r}")
         options = {}
-    for key in sorted(options):
+    for key in _keys(options):
         if key not in spec.options:
             out.append(f"{label}: option {key!r} is not known to be read-only")
     # Expressions: only the builder's data reference, only in the URL or a parameter's value.
@@ -344,9 +361,10 @@ def _http_violations(name: str, version: float, p: Mapping[str, Any]) -> list[st
         if _empty(raw) or _is_expression(raw):
             continue
         try:
-            parsed = json.loads(raw) if isinstance(raw, str) else raw
-        except ValueError:
-            out.append(f"{label}: {key} is not JSON ({raw!r})")
+            # strict: a header named twice has two readings (n8n keeps the last)
+            parsed = loads_strict(raw, what=key) if isinstance(raw, str) else raw
+        except DocumentError as e:
+            out.append(f"{label}: {key} is not strict JSON ({e.message})")
             continue
         if isinstance(parsed, Mapping):
             names += list(parsed)
@@ -364,9 +382,9 @@ def _code_violations(name: str, version: float, p: Mapping[str, Any]) -> list[st
         return [f"{label} is not a version this check knows; treated as a write"]
     out: list[str] = []
     language = p.get("language", "javaScript")
-    if language != "javaScript":
+    if not _literal(language, frozenset({"javaScript"})):
         out.append(f"{label}: language {language!r}; only JavaScript is checked")
-    for key in sorted(p):
+    for key in _keys(p):
         if key not in ("mode", "language", "jsCode"):
             out.append(f"{label}: parameter {key!r} is not known to be read-only")
     code = p.get("jsCode", "")
@@ -384,6 +402,8 @@ def _code_violations(name: str, version: float, p: Mapping[str, Any]) -> list[st
 
 def _node_violations(node: Mapping[str, Any]) -> list[str]:
     t, name = node.get("type"), node.get("name")
+    if not isinstance(t, str):
+        return [f"{name!r:.60}: node type must be a string, found {t!r:.60}"]
     version = _version(node)
     p = node.get("parameters", {})
     if not isinstance(p, Mapping):
@@ -400,9 +420,9 @@ def _node_violations(node: Mapping[str, Any]) -> list[str]:
         return [f"{name}: node {t} v{version:g} is not a version this check knows"]
     if t == MERGE:
         mode = p.get("mode", "append")
-        if version in _MERGE_VERSIONS and mode in _MERGE_MODES:
+        if version in _MERGE_VERSIONS and _literal(mode, _MERGE_MODES):
             return []
-        return [f"{name}: node {t} v{version:g} mode {mode!r} is not known to be read-only"]
+        return [f"{name}: node {t} v{version:g} mode {mode!r:.60} is not known to be read-only"]
     if t == WAIT:
         return [f"{name}: node {t} is a gate; a preview never waits on one"]
     if t in _SENDERS:
