@@ -48,13 +48,15 @@ def _intent_mutations(intent: Intent) -> list[tuple[str, Intent]]:
                 "intent_id": doc["intent_id"][:-1] + ("0" if doc["intent_id"][-1] != "0" else "1"),
             },
         ),
-        ("received_at", {**doc, "received_at": "2030-01-01T00:00:00.000Z"}),
+        # earlier, so the window is still to come (a window in the past is refused)
+        ("received_at", {**doc, "received_at": "2020-01-01T00:00:00.000Z"}),
         ("user_id", {**doc, "user_id": doc["user_id"] + "x"}),
         ("tz", {**doc, "tz": "Pacific/Auckland" if doc["tz"] != "Pacific/Auckland" else "UTC"}),
         ("context_budget", {**doc, "context_budget": (doc["context_budget"] + 1) % 6}),
         ("constraints", {**doc, "constraints": {"vc": "zoom"}}),
         ("title", {**doc, "entities": {**ents, "title": ents["title"] + "!"}}),
-        ("duration", {**doc, "entities": {**ents, "duration_min": ents["duration_min"] + 1}}),
+        # shorter, so it still fits the window (a longer slot than the window is refused)
+        ("duration", {**doc, "entities": {**ents, "duration_min": ents["duration_min"] - 1}}),
         (
             "participants",
             {**doc, "entities": {**ents, "participants": [*ents["participants"], "zed@z.org"]}},

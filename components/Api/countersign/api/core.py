@@ -15,7 +15,14 @@ from typing import Any
 
 from .errors import BadCursorError
 
-__all__ = ["PlanState", "decode_cursor", "encode_cursor", "ended_outcome", "fold_events"]
+__all__ = [
+    "TERMINAL",
+    "PlanState",
+    "decode_cursor",
+    "encode_cursor",
+    "ended_outcome",
+    "fold_events",
+]
 
 #: event kind → the plan status it moves to (kinds not listed leave the status as it was:
 #: refusals, token issues, reconciliations)
@@ -65,7 +72,7 @@ _TEMPORAL_ENDS = {
     "TERMINATED": ("terminated", "failed"),
     "TIMED_OUT": ("timed_out", "failed"),
     "FAILED": ("failed", "failed"),
-    "CANCELED": ("cancelled", "failed"),
+    "CANCELED": ("cancelled", "cancelled"),
     "COMPLETED": ("completed", "completed"),
 }
 
@@ -88,8 +95,18 @@ class PlanState:
     workflow_id: str | None = None
 
 
+#: a plan status that nothing changes any more
+TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled", "expired", "refused"})
+
+
 def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
-    """Fold a plan's events (oldest first) into its status, step statuses and gate decisions."""
+    """Fold a plan's events (oldest first) into its status, step statuses and gate decisions.
+
+    A gate is ``open`` until decided; ``approved`` once a token for it was redeemed; ``passed``
+    once the execute that spent it ran its writes (completed, or moved on to the next gate);
+    ``spent`` when that execute failed; back to ``open`` when the world moved before its writes
+    (the approval was spent and a new one is needed); ``closed`` when the plan ended without it
+    being decided (cancelled, expired, rejected elsewhere)."""
     state = PlanState()
     for e in events:
         kind, status = str(e["kind"]), str(e.get("status") or "")
@@ -99,8 +116,14 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
             state.status = _PLAN_STATUS[kind]
         if kind == "execute_refused" and status == "stale":
             state.status = "stale"  # the world moved since the preview: look and approve again
+            _gates(state, "approved", "open")
         if kind.endswith("_finished") and kind != "step_finished" and status in _ENDS:
             state.status = _ENDS[status]
+            _gates_after(state, state.status)
+        if kind == "plan_cancelled":
+            _gates_after(state, "cancelled")
+        if kind == "preview_run":
+            _previewed(state, e.get("details"))
         if kind == "handed_off":
             details = e.get("details")
             wid = e.get("workflow_id") or (
@@ -122,6 +145,31 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
             elif kind == "gate_waiting":
                 state.gates.setdefault(gate, "waiting")
     return state
+
+
+def _gates(state: PlanState, old: str, new: str) -> None:
+    for g, v in list(state.gates.items()):
+        if v == old:
+            state.gates[g] = new
+
+
+def _gates_after(state: PlanState, outcome: str) -> None:
+    """What an execute's (or a run's) end means for the gates decided so far."""
+    if outcome in ("completed", "waiting"):
+        _gates(state, "approved", "passed")
+    elif outcome == "failed":
+        _gates(state, "approved", "spent")
+    if outcome in TERMINAL:
+        _gates(state, "open", "closed")
+        _gates(state, "waiting", "closed")
+
+
+def _previewed(state: PlanState, details: Any) -> None:
+    """The reads a preview ran succeeded (the event names them)."""
+    steps = details.get("steps") if isinstance(details, Mapping) else None
+    for n in steps if isinstance(steps, list) else []:
+        if isinstance(n, int):
+            state.steps.setdefault(n, "succeeded")
 
 
 def encode_cursor(created_at: datetime, plan_id: str) -> str:

@@ -13,6 +13,7 @@ __all__ = [
     "DurableUpdateError",
     "ForgetIncompleteError",
     "PlanCancelledError",
+    "PlanFinishedError",
     "PlanNotFoundError",
     "RateLimitedError",
     "RegistryItemNotFoundError",
@@ -100,6 +101,13 @@ class PlanCancelledError(ApiError):
     """The plan was cancelled; nothing more of it runs."""
 
     code = "plan_cancelled"
+
+
+class PlanFinishedError(ApiError):
+    """The plan already ended (completed, failed, rejected, cancelled, expired): it cannot be
+    cancelled or decided any more; the message names its status."""
+
+    code = "plan_finished"
 
 
 class TextNotSupportedError(InputError):

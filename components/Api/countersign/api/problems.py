@@ -14,13 +14,15 @@ from countersign.approvals import ApprovalError, GateDecidedError
 from countersign.execute import ExecuteRefusedError, StaleWorldError
 from countersign.kernel import (
     CountersignError,
+    DocumentError,
+    DuplicateKeyError,
     InputError,
     KeyRingError,
     PlanningError,
     SignatureError,
 )
 from countersign.n8n import N8nError
-from countersign.steps import OverBudgetError, PlanNotCurrentError
+from countersign.steps import ChoiceError, OverBudgetError, PlanNotCurrentError
 from countersign.storage import (
     InProgressError,
     OutcomeUnknownError,
@@ -36,6 +38,7 @@ from .errors import (
     DurableUpdateError,
     ForgetIncompleteError,
     PlanCancelledError,
+    PlanFinishedError,
     PlanNotFoundError,
     RateLimitedError,
     RegistryItemNotFoundError,
@@ -62,6 +65,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (StorageConstraintError, 409),
     (PlanNotCurrentError, 409),
     (PlanCancelledError, 409),
+    (PlanFinishedError, 409),
     (DurableUpdateError, 409),
     (ExecuteRefusedError, 409),
     (StaleWorldError, 409),
@@ -86,10 +90,18 @@ def status_for(error: CountersignError) -> int:
 def extras_for(error: CountersignError) -> dict[str, Any]:
     """Members a problem document adds for its error class: ``changes`` (each read that moved
     since the preview, with old and new values per field) for ``stale_world``; ``budget`` (the step,
-    its limit and the total now) for ``over_budget``; ``pending`` (store → error code), ``erased``
-    (counts so far) and ``retry`` for ``forget_incomplete``."""
+    its limit and the total now) for ``over_budget``; ``gate_id`` and ``field`` (what was wrong
+    with the choice) for ``choice_invalid``; ``pending`` (store → error code), ``erased``
+    (counts so far) and ``retry`` for ``forget_incomplete``; ``key`` and ``path`` for
+    ``document_duplicate_key``, ``path`` (when known) for ``document_malformed``."""
+    if isinstance(error, DuplicateKeyError):
+        return {"key": error.key, "path": error.path}
+    if isinstance(error, DocumentError):
+        return {"path": error.path} if error.path else {}
     if isinstance(error, StaleWorldError):
         return {"changes": [c.summary() for c in error.changes]}
+    if isinstance(error, ChoiceError):
+        return {"gate_id": error.gate_id, "field": error.field}
     if isinstance(error, OverBudgetError):
         return {"budget": {"step": error.step, "limit": error.limit, "total": error.total}}
     if isinstance(error, ForgetIncompleteError):

@@ -33,7 +33,7 @@ from countersign.durable import (
     WatcherWorkflow,
     durable_starter,
 )
-from countersign.execute import ExecuteReport, Executor
+from countersign.execute import ExecuteRefusedError, ExecuteReport, Executor, writes_before_gate
 from countersign.intake import Contact, Intake, IntentProposer, Understanding
 from countersign.kernel import (
     CountersignError,
@@ -60,21 +60,26 @@ from countersign.signer import (
     verify_signed_plan,
 )
 from countersign.steps import (
+    ChoiceError,
     OverBudgetError,
     StepTransport,
     StoreRecorder,
     check_budget,
+    check_choice,
     check_current,
+    gate_offer,
+    offered_choices,
 )
 from countersign.storage import Database, PlanStore, stored_document
 from countersign.workflowbuilder import CredentialRef
 
 from .conversations import Conversation, ConversationStore
-from .core import PlanState, decode_cursor, encode_cursor, ended_outcome, fold_events
+from .core import TERMINAL, PlanState, decode_cursor, encode_cursor, ended_outcome, fold_events
 from .errors import (
     DurableUpdateError,
     ForgetIncompleteError,
     PlanCancelledError,
+    PlanFinishedError,
     PlanNotFoundError,
     TemporalUnavailableError,
     UserMismatchError,
@@ -294,6 +299,7 @@ class PlanService:
         state = fold_events(events) if events is not None else self.events.state(plan_id)
         outputs = {int(s["step"]): s.get("output") for s in row.get("steps", [])}
         graph: list[dict[str, Any]] = document["plan"].get("graph", [])
+        offers = self._choices_of(document)
         steps = [
             {
                 "step": s["step"],
@@ -302,7 +308,7 @@ class PlanService:
                 "role": s["role"],
                 "mode": s["mode"],
                 "gate_id": s.get("gate_id"),
-                "status": state.steps.get(s["step"], "pending"),
+                "status": _step_status(s, state),
                 "output": outputs.get(s["step"]),
             }
             for s in graph
@@ -312,7 +318,7 @@ class PlanService:
             **document,
             "status": state.status,
             "steps": steps,
-            "gates": gates_of(graph, state),
+            "gates": [{**g, "choices": offers.get(g["gate_id"])} for g in gates_of(graph, state)],
             "workflow_id": state.workflow_id,
             "events": state.last_seq,
         }
@@ -402,7 +408,9 @@ class PlanService:
             raise InputError(
                 f"plan {plan_id} has no gate {gate_id[:16]!r}; its gates: {sorted(gates)}"
             )
+        self._in_view(plan, gate_id, user_id)
         self._within_budget(plan, gate_id, user_id)
+        choice = self._offered(plan, gate_id, user_id, choice)
         token = self.approvals.issue(
             plan_id=plan_id,
             plan_hash=verified.plan_hash,
@@ -418,6 +426,103 @@ class PlanService:
             "gate_id": gate_id,
             "expires_at": format_utc(token.exp),
         }
+
+    def seen_outputs(self, plan: Plan) -> dict[int, Any]:
+        """What the person has seen of the plan's steps: the stored preview (refreshed when an
+        execute waits at a later gate), the writes done, and what a watcher found."""
+        row = self.plans.get(plan.plan_id)
+        outputs: dict[int, Any] = {
+            int(s["step"]): s["output"]
+            for s in (row or {}).get("steps", [])
+            if s["status"] == "done" and s["output"] is not None
+        }
+        outputs.update(PlanStore.preview_in(row)[0])
+        for e in self.events.since(plan.plan_id, 0, limit=10_000):
+            found = (e.get("details") or {}).get("found") if e["kind"] == "watcher_polled" else None
+            if isinstance(found, Mapping) and e.get("step") is not None:
+                # the run acts on the first slot it found (the one it holds and books)
+                outputs[int(e["step"])] = {
+                    k: v[:1] if isinstance(v, list) else v for k, v in found.items()
+                }
+        return outputs
+
+    def gate_choices(self, plan: Plan) -> dict[str, dict[str, Any]]:
+        """Per gate: whether it takes a choice and the choices it accepts now (the card shows
+        these and nothing else; the approve call checks the same)."""
+        outputs = self.seen_outputs(plan)
+        out: dict[str, dict[str, Any]] = {}
+        for s in plan.graph:
+            if s.gate_id is None:
+                continue
+            offer = gate_offer(plan, self.registry, s.gate_id, outputs)
+            out[s.gate_id] = {
+                "takes_choice": offer.takes_choice,
+                "kind": offer.spec.kind if offer.spec else None,
+                "step": offer.step,
+                "seen": offer.seen,
+                "duration_min": int(offer.duration.total_seconds() // 60)
+                if offer.duration
+                else None,
+                "options": offered_choices(offer, now=self.clock()),
+            }
+        return out
+
+    def _in_view(self, plan: Plan, gate_id: str, user_id: str) -> None:
+        """A gate that depends on an earlier gate's writes is approved only after they ran
+        (ARCHITECTURE §3 inv. 3): otherwise refused (409 ``execute_refused``), audited."""
+        row = self.plans.get(plan.plan_id)
+        done = {int(s["step"]) for s in (row or {}).get("steps", []) if s["status"] == "done"}
+        pending = [w for w in writes_before_gate(plan, self.registry, gate_id) if w not in done]
+        if not pending:
+            return
+        with self.db.tx() as c:
+            self.audit.append(
+                c,
+                {
+                    "kind": "approval_refused",
+                    "status": "refused",
+                    "actor": user_id,
+                    "plan_id": plan.plan_id,
+                    "op": gate_id,
+                    "reason": "gate_not_in_view",
+                    "details": {"pending_writes": pending},
+                },
+            )
+        raise ExecuteRefusedError(
+            f"plan {plan.plan_id}: {gate_id} guards what follows steps {pending}, which have not "
+            "run yet; approve and execute the earlier gate first, then this one with its review "
+            "in view"
+        )
+
+    def _choices_of(self, document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """``gate_choices`` of a stored plan; empty when it no longer fits the registry held (the
+        approve call then says why)."""
+        try:
+            return self.gate_choices(Plan.model_validate(document["plan"]))
+        except (CountersignError, KeyError, ValueError):
+            return {}
+
+    def _offered(self, plan: Plan, gate_id: str, user_id: str, choice: Any) -> Any:
+        """The canonical choice if the gate offered it (GLOBAL_SPEC §8, the choice at a gate);
+        otherwise ``ChoiceError`` naming the field, audited as ``approval_refused``."""
+        offer = gate_offer(plan, self.registry, gate_id, self.seen_outputs(plan))
+        try:
+            return check_choice(offer, choice, now=self.clock())
+        except ChoiceError as e:
+            with self.db.tx() as c:
+                self.audit.append(
+                    c,
+                    {
+                        "kind": "approval_refused",
+                        "status": "refused",
+                        "actor": user_id,
+                        "plan_id": plan.plan_id,
+                        "op": gate_id,
+                        "reason": e.code,
+                        "details": {"field": e.field},
+                    },
+                )
+            raise
 
     def _within_budget(self, plan: Plan, gate_id: str, user_id: str) -> None:
         """A gate whose writes declare a budget is not approved while what would be charged now
@@ -731,8 +836,16 @@ class PlanService:
     async def cancel(self, plan_id: str, user_id: str) -> dict[str, Any]:
         """Cancel: no later preview, approval or execute of this plan runs (audited); a run on
         Temporal is cancelled through Temporal's own cancellation — the one cancel path, the same
-        as the UI's "Request Cancellation": the workflow records the outcome and ends CANCELED."""
+        as the UI's "Request Cancellation": the workflow records the outcome and ends CANCELED.
+        A plan that already ended is not cancelled: ``PlanFinishedError`` (409) names its status
+        (a completed plan's writes happened; calling it cancelled would lie)."""
         self.document(plan_id, user_id)
+        status = self.events.state(plan_id).status
+        if status in TERMINAL:
+            raise PlanFinishedError(
+                f"plan {plan_id} is already {status}: there is nothing left to cancel"
+                + ("; what it wrote stays written" if status == "completed" else "")
+            )
         wid = self._workflow_of(plan_id)
         if wid is not None and self.temporal is not None:
             handle = self.temporal.get_workflow_handle(wid)
@@ -837,11 +950,32 @@ def gates_of(graph: list[dict[str, Any]], state: PlanState) -> list[dict[str, An
         {
             "gate_id": s["gate_id"],
             "step": s["step"],
-            "status": state.gates.get(s["gate_id"], "open"),
+            "status": state.gates.get(
+                s["gate_id"], "closed" if state.status in TERMINAL else "open"
+            ),
         }
         for s in graph
         if s.get("gate_id")
     ]
+
+
+#: a gate's state → its step's status
+_GATE_STEP = {
+    "passed": "succeeded",
+    "spent": "succeeded",
+    "rejected": "rejected",
+    "closed": "skipped",
+}
+
+
+def _step_status(step: Mapping[str, Any], state: PlanState) -> str:
+    """A step's status from the event log: its own events, or for a gate step its gate's."""
+    if step["step"] in state.steps:
+        return state.steps[step["step"]]
+    gate = step.get("gate_id")
+    if gate:
+        return _GATE_STEP.get(state.gates.get(gate, ""), "pending")
+    return "skipped" if state.status in TERMINAL else "pending"
 
 
 def _ttl(plan: Plan) -> timedelta:

@@ -6,6 +6,7 @@ from .core import (
     WriteSpec,
     stale_changes,
     write_specs,
+    writes_before_gate,
 )
 from .orchestrator import ExecuteRefusedError, ExecuteReport, Executor
 
@@ -18,4 +19,5 @@ __all__ = [
     "WriteSpec",
     "stale_changes",
     "write_specs",
+    "writes_before_gate",
 ]

@@ -21,6 +21,7 @@ __all__ = [
     "ancestors",
     "stale_changes",
     "write_specs",
+    "writes_before_gate",
 ]
 
 
@@ -115,6 +116,21 @@ def write_specs(plan: Plan, registry: Registry) -> list[WriteSpec]:
         )
         specs.append(WriteSpec(step=s.step, gate_id=gate, reads=reads))
     return specs
+
+
+def writes_before_gate(plan: Plan, registry: Registry, gate_id: str) -> list[int]:
+    """The writes a gate's step depends on (an earlier gate's writes: the cart line before the
+    checkout's gate). ARCHITECTURE §3 inv. 3: the gate opens only after each of them ran, so what
+    it guards is in view when it is approved."""
+    gate_step = next((s.step for s in plan.graph if s.gate_id == gate_id), None)
+    if gate_step is None:
+        return []
+    return sorted(
+        a
+        for a in ancestors(plan, gate_step)
+        if plan.step(a).gate_id is None
+        and registry.op(plan.step(a).uses, plan.step(a).call).safety == "write"
+    )
 
 
 def stale_changes(

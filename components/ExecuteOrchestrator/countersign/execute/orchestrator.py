@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ulid import ULID
@@ -35,6 +35,7 @@ from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan
 from countersign.steps import (
     Attempt,
+    ChoiceError,
     N8nStepRunner,
     N8nTransport,
     OverBudgetError,
@@ -45,9 +46,11 @@ from countersign.steps import (
     WriteFailedError,
     WriteProtocol,
     check_budget,
+    check_choice,
     classify,
     compensation_steps,
     fingerprint,
+    gate_offer,
     idempotency_key,
     run_dag,
     verify_or_audit,
@@ -55,7 +58,16 @@ from countersign.steps import (
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 from countersign.workflowbuilder import CredentialRef, build_workflow_for_step
 
-from .core import Change, StaleWorldError, WriteSpec, ancestors, stale_changes, write_specs
+from .core import (
+    Change,
+    StaleWorldError,
+    WriteSpec,
+    ancestors,
+    stale_changes,
+    write_specs,
+    writes_before_gate,
+)
+from .records import ExecutionSource, KeyRef, Lookup, RecordScan, find_execution, read_node
 
 __all__ = ["ExecuteRefusedError", "ExecuteReport", "Executor"]
 
@@ -210,17 +222,18 @@ class Executor:
         unknown = sorted(set(tokens or {}) - set(gates))
         if unknown:
             raise ExecuteRefusedError(f"plan {plan.plan_id} has no gate {', '.join(unknown)}")
-        fresh = self._prove_gates(verified, specs, user_id, tokens or {})
         # one read of the plan's steps gives both what the preview saw (outputs + fingerprints)
-        # and how far earlier executes got (issue 16.0: one transaction instead of two)
+        # and how far earlier executes got (one transaction instead of two)
         row = store.get(plan.plan_id)
+        progress = _progress(row)
+        self._gates_in_view(plan, tokens or {}, progress, user_id)
+        fresh = self._prove_gates(verified, specs, user_id, tokens or {})
         preview_out, prints = store.preview_in(row)
         reads = sorted({r for w in specs for r in w.reads})
         if reads and not prints:
             raise ExecuteRefusedError(
                 f"plan {plan.plan_id} has not been previewed; preview it first"
             )
-        progress = _progress(row)
         # Writes resolve their references from what the person saw at preview time, so the
         # idempotency key of a write never changes between a first execute and a resumed one;
         # writes done by an earlier execute (an earlier gate) add their outputs.
@@ -277,12 +290,18 @@ class Executor:
                     details={"limit": e.limit, "total": e.total},
                 )
                 raise
-            choices[g] = fresh[g]
-            store.set_step(plan.plan_id, _gate_step(plan, g), "done", output={"choice": fresh[g]})
+            choices[g] = self._checked_choice(plan, g, outputs, fresh[g], user_id, now=None)
+            undo = await self._undo_if_redecided(run, g, g_specs, progress)
+            if undo is not None:
+                return undo
             g_reads = sorted({r for w in g_specs for r in w.reads})
             resumed = any(self._started(plan, plan.step(w.step), outputs, choices) for w in g_specs)
-            if g_reads and not resumed:
-                await self._check_stale(plan, runner, g_reads, prints, outputs, user_id)
+            if not resumed:  # the choice again, against the fresh reads and the clock
+                seen = await self._check_stale(plan, runner, g_reads, prints, outputs, user_id)
+                choices[g] = self._checked_choice(
+                    plan, g, {**outputs, **seen}, fresh[g], user_id, now=self.clock()
+                )
+            store.set_step(plan.plan_id, _gate_step(plan, g), "done", output={"choice": choices[g]})
             failed = await self._run_writes(run, g_specs, progress, prints)
             if failed is not None:
                 return failed
@@ -325,85 +344,106 @@ class Executor:
 
     # ---- reconciliation -------------------------------------------------------------------------
     async def reconcile(
-        self, document: Any, *, user_id: str, settle_after_s: float = 30.0
+        self,
+        document: Any,
+        *,
+        user_id: str,
+        settle_after_s: float = 30.0,
+        scan: RecordScan | None = None,
     ) -> dict[int, str]:
-        """Settle the plan's writes whose outcome is ``unknown`` from what n8n recorded: the
-        execution of the step's workflow that carried this key (matched by plan id, step and the
-        hash of its arguments) says whether the provider answered and how. No execution at all,
-        ``settle_after_s`` after the send, means n8n never ran it: ``failed`` (safe to send again
-        with a new approval). A node that errored after the request may have left stays
-        ``unknown`` for a person. Each settlement is audited by the ledger; returns
-        ``{step: completed | failed | unknown}``.
+        """Settle the plan's writes whose outcome is ``unknown`` from what n8n recorded
+        (``countersign.execute.records``): the execution of the step's workflow that carried
+        the key — found by the send time in the ledger and the plan id, step and argument hash
+        in its trigger body, however many executions came after — says whether the provider
+        answered and how. ``failed`` only on positive evidence: the execution stopped before
+        the node that sends, or n8n's records provably cover the send ``settle_after_s`` after
+        it and none carries the key. Anything else stays ``unknown`` for a person (audited
+        ``reconcile_unsettled`` with the reason). Settlements are audited by the ledger;
+        returns ``{step: completed | failed | unknown}``.
         """
         verified = self._verified_for(document, user_id)
-        plan = verified.plan
         if not isinstance(self.transport, N8nTransport):
             raise ExecuteRefusedError("reconciliation reads n8n's executions: no n8n transport")
+        scan = replace(scan or RecordScan(), settle=timedelta(seconds=settle_after_s))
         out: dict[int, str] = {}
-        now = self.clock()
-        for row in self.ledger.unknown_keys(plan.plan_id):
-            key = str(row["key"])
-            _, step_no, arg_hash = key.split(":", 2)
-            if not step_no.isdigit() or int(step_no) > len(plan.graph):
-                continue  # compensation keys are settled by a person
-            step = plan.step(int(step_no))
-            wf = build_workflow_for_step(
-                plan, verified.plan_hash, step, self.registry, credentials=self.credentials
-            )
-            node_name = f"{step.uses}.{step.call}"
-            runs = await self.transport.executions_of(str(wf.workflow["name"]))
-            match = [e for e in runs if _trigger_body_matches(e, plan.plan_id, step.step, arg_hash)]
-            verdict = "unknown"
-            result: Any = None
-            if not match:
-                sent = row.get("sent_at") or row.get("updated_at")
-                if sent is not None and (now - sent).total_seconds() >= settle_after_s:
-                    verdict = "failed"
-            else:
-                e = match[0]
-                node_runs = _run_data(e).get(node_name)
-                if e.get("status") in {"running", "waiting", "new"}:
-                    verdict = "unknown"
-                elif not node_runs:
-                    verdict = "failed"  # the execution stopped before the node that sends
-                else:
-                    item = _first_item(node_runs[0])
-                    if item is not None and not node_runs[0].get("error"):
-                        op = self.registry.op(step.uses, step.call)
-                        args = _body_args(e)
-                        output = normalize_output(op.output, item, args)
-                        status = item.get("statusCode")
-                        attempt = Attempt(
-                            "answered",
-                            status=status if isinstance(status, int) else None,
-                            output=output,
-                        )
-                        natural = op.idempotency is not None and op.idempotency.via == "natural_key"
-                        verdict = classify(attempt, natural_key=natural)
-                        result = {
-                            "output": output,
-                            "status": attempt.status,
-                            "deduplicated": verdict == "deduplicated",
-                            "id": output.get("id") if isinstance(output, Mapping) else None,
-                        }
-            if verdict in {"completed", "deduplicated"}:
-                self.ledger.reconcile(
-                    key,
-                    outcome="completed",
-                    result=result,
-                    actor=f"n8n execution {match[0].get('id')}",
+        for row in self.ledger.unknown_keys(verified.plan.plan_id):
+            step = _reconcilable(verified.plan, str(row["key"]))
+            if step is not None:  # compensation keys are settled by a person
+                out[step.step] = await self._reconcile_key(
+                    self.transport.client, verified, step, row, scan, user_id
                 )
-                self.recorder.plans.set_step(
-                    plan.plan_id, step.step, "done", output=result["output"]
-                )
-                out[step.step] = "completed"
-            elif verdict == "failed":
-                who = f"n8n execution {match[0].get('id')}" if match else "n8n: no execution"
-                self.ledger.reconcile(key, outcome="failed", actor=who)
-                out[step.step] = "failed"
-            else:
-                out[step.step] = "unknown"
         return out
+
+    async def _reconcile_key(
+        self,
+        client: ExecutionSource,
+        verified: VerifiedPlan,
+        step: PlanStep,
+        row: Mapping[str, Any],
+        scan: RecordScan,
+        user_id: str,
+    ) -> str:
+        """Find the key's execution, settle the ledger from it; the outcome."""
+        plan = verified.plan
+        key = str(row["key"])
+        wf = build_workflow_for_step(
+            plan, verified.plan_hash, step, self.registry, credentials=self.credentials
+        )
+        sent = row.get("sent_at") or row["created_at"]
+        ref = KeyRef(
+            plan.plan_id, step.step, key.rsplit(":", 1)[1], sent, max(sent, row["updated_at"])
+        )
+        lookup = await find_execution(
+            client,
+            workflow_name=str(wf.workflow["name"]),
+            key=ref,
+            now=self.clock(),
+            scan=scan,
+        )
+        verdict, result, reason = self._verdict(step, lookup)
+        if verdict == "completed":
+            self.ledger.reconcile(key, outcome="completed", result=result, actor=lookup.reason)
+            self.recorder.plans.set_step(plan.plan_id, step.step, "done", output=result["output"])
+        elif verdict == "failed":
+            self.ledger.reconcile(key, outcome="failed", actor=lookup.reason)
+        else:
+            self._audit(
+                kind="reconcile_unsettled",
+                status="unknown",
+                actor=user_id,
+                plan_id=plan.plan_id,
+                step=step.step,
+                op=f"{step.uses}.{step.call}",
+                reason=reason[:500],
+            )
+        return verdict
+
+    def _verdict(self, step: PlanStep, lookup: Lookup) -> tuple[str, Any, str]:
+        """``(completed | failed | unknown, the ledger result, why)`` from a lookup."""
+        if lookup.kind == "absent":
+            return "failed", None, lookup.reason
+        if lookup.kind == "unknown" or lookup.execution is None:
+            return "unknown", None, lookup.reason
+        reading = read_node(lookup.execution, f"{step.uses}.{step.call}")
+        if reading.kind != "answered" or reading.item is None:
+            return reading.kind, None, f"{lookup.reason}: {reading.reason}"
+        op = self.registry.op(step.uses, step.call)
+        output = normalize_output(op.output, reading.item, reading.args)
+        status = reading.item.get("statusCode")
+        attempt = Attempt(
+            "answered", status=status if isinstance(status, int) else None, output=output
+        )
+        verdict = classify(
+            attempt, natural_key=op.idempotency is not None and op.idempotency.via == "natural_key"
+        )
+        result = {
+            "output": output,
+            "status": attempt.status,
+            "deduplicated": verdict == "deduplicated",
+            "id": output.get("id") if isinstance(output, Mapping) else None,
+        }
+        settled = "completed" if verdict == "deduplicated" else verdict
+        return settled, result, f"{lookup.reason}: the provider answered {attempt.status}"
 
     # ---- gates ----------------------------------------------------------------------------------
     def _prove_gates(
@@ -495,9 +535,12 @@ class Executor:
         prints: Mapping[int, str],
         before: Mapping[int, Any],
         user_id: str,
-    ) -> None:
+    ) -> dict[int, Any]:
+        """The fresh reads when nothing the writes depend on moved; ``StaleWorldError`` else."""
+        if not reads:
+            return {}
         # read directly (no n8n execution for a plain HTTP read, in-process for a computation):
-        # the same requests and the same normalization as the preview's (issue 16.0)
+        # the same requests and the same normalization as the preview's
         fresh = await runner.read_fresh(reads)
         changes = stale_changes(prints, before, fresh)
         if changes:
@@ -511,6 +554,111 @@ class Executor:
                 details={"changes": [c.summary() for c in changes]},
             )
             raise StaleWorldError(plan.plan_id, changes)
+        return {n: fresh[n] for n in reads if n in fresh}
+
+    def _checked_choice(
+        self,
+        plan: Plan,
+        gate: str,
+        seen: Mapping[int, Any],
+        choice: Any,
+        user_id: str,
+        *,
+        now: datetime | None,
+    ) -> Any:
+        """The canonical choice if ``gate`` offers it given ``seen`` (GLOBAL_SPEC §8, the choice
+        at a gate); ``ChoiceError`` (audited, nothing written) otherwise."""
+        try:
+            return check_choice(gate_offer(plan, self.registry, gate, seen), choice, now=now)
+        except ChoiceError as e:
+            self._audit(
+                kind="execute_refused",
+                status="refused",
+                actor=user_id,
+                plan_id=plan.plan_id,
+                op=gate,
+                reason=e.code,
+                details={"field": e.field},
+            )
+            raise
+
+    async def _undo_if_redecided(
+        self,
+        run: _Run,
+        gate: str,
+        g_specs: list[WriteSpec],
+        progress: dict[int, tuple[str, Any]],
+    ) -> ExecuteReport | None:
+        """A gate decided again with another choice after its writes ran (the person picked
+        another item once the price moved): what those writes did is undone first — newest
+        first, each compensation through the ledger — so only the new choice is written and a
+        later gate reviews one cart, not two. Returns a failed report if something could not be
+        undone (nothing new is written then); None otherwise."""
+        plan = run.verified.plan
+        status, out = progress.get(_gate_step(plan, gate), ("pending", None))
+        before = out.get("choice") if status == "done" and isinstance(out, Mapping) else None
+        if status != "done" or content_hash(before) == content_hash(run.choices[gate]):
+            return None
+        old_choices = {**run.choices, gate: before}
+        done = [
+            (
+                plan.step(w.step),
+                self._args(plan.step(w.step), run.outputs, old_choices),
+                {"output": o[1], "id": _ident(o[1])},
+            )
+            for w in g_specs
+            if (o := progress.get(w.step, ("pending", None)))[0] == "done"
+        ]
+        undone = await self._compensate(run.verified, run.runner, done, run.user_id)
+        for step, _, _ in done:
+            if step.step in undone:
+                self.recorder.plans.set_step(plan.plan_id, step.step, "compensated")
+                progress[step.step] = ("compensated", None)
+                run.outputs.pop(step.step, None)
+        self._audit(
+            kind="gate_redecided",
+            status="ok" if len(undone) == len(done) else "failed",
+            actor=run.user_id,
+            plan_id=plan.plan_id,
+            op=gate,
+            details={"undone": sorted(undone), "writes": sorted(s.step for s, _, _ in done)},
+        )
+        if len(undone) == len(done):
+            return None
+        self.recorder.plans.set_status(plan.plan_id, "failed")
+        return ExecuteReport(plan.plan_id, "failed", compensated=sorted(undone))
+
+    def _gates_in_view(
+        self,
+        plan: Plan,
+        tokens: Mapping[str, str],
+        progress: Mapping[int, tuple[str, Any]],
+        user_id: str,
+    ) -> None:
+        """A gate whose step depends on an earlier gate's writes is approved only after those
+        writes ran (ARCHITECTURE §3 inv. 3): a token for it given before then is refused before
+        any token is spent or anything runs (audited)."""
+        for g in sorted(tokens):
+            pending = [
+                w
+                for w in writes_before_gate(plan, self.registry, g)
+                if progress.get(w, ("pending", None))[0] != "done"
+            ]
+            if not pending:
+                continue
+            self._audit(
+                kind="execute_refused",
+                status="refused",
+                actor=user_id,
+                plan_id=plan.plan_id,
+                op=g,
+                reason="gate_not_in_view",
+                details={"pending_writes": pending},
+            )
+            raise ExecuteRefusedError(
+                f"plan {plan.plan_id}: {g} guards what steps {pending} write, and they have not "
+                f"run yet; execute the earlier gate first, then approve {g} with its review in view"
+            )
 
     async def _changes_after_failure(
         self, run: _Run, g_specs: list[WriteSpec], prints: Mapping[int, str]
@@ -741,6 +889,10 @@ def _progress(row: Mapping[str, Any] | None) -> dict[int, tuple[str, Any]]:
     return {int(s["step"]): (str(s["status"]), s["output"]) for s in row["steps"]}
 
 
+def _ident(output: Any) -> Any:
+    return output.get("id") if isinstance(output, Mapping) else None
+
+
 def _output(result: Any) -> Any:
     return result.get("output") if isinstance(result, Mapping) else result
 
@@ -756,43 +908,10 @@ def _gate_step(plan: Plan, gate: str) -> int:
     raise ExecuteRefusedError(f"plan {plan.plan_id} has no gate {gate}")
 
 
-def _run_data(execution: Mapping[str, Any]) -> dict[str, Any]:
-    data = execution.get("data") or {}
-    run = (data.get("resultData") or {}).get("runData") or {}
-    return run if isinstance(run, dict) else {}
-
-
-def _first_item(node_run: Mapping[str, Any]) -> dict[str, Any] | None:
-    try:
-        item = node_run["data"]["main"][0][0]["json"]
-    except (KeyError, IndexError, TypeError):
+def _reconcilable(plan: Plan, key: str) -> PlanStep | None:
+    """The plan step a ledger key belongs to (``plan_id:step:arg_hash``); ``None`` for a
+    compensation's key (its step is not in the signed graph)."""
+    step_no = key.split(":", 2)[1]
+    if not step_no.isdigit() or not 1 <= int(step_no) <= len(plan.graph):
         return None
-    return item if isinstance(item, dict) else None
-
-
-def _trigger_body(execution: Mapping[str, Any]) -> dict[str, Any]:
-    for name, runs in _run_data(execution).items():
-        if name == "Trigger" and runs:
-            item = _first_item(runs[0])
-            body = item.get("body") if item else None
-            return body if isinstance(body, dict) else {}
-    return {}
-
-
-def _body_args(execution: Mapping[str, Any]) -> dict[str, Any]:
-    args = _trigger_body(execution).get("args")
-    return args if isinstance(args, dict) else {}
-
-
-def _trigger_body_matches(
-    execution: Mapping[str, Any], plan_id: str, step: int, arg_hash: str
-) -> bool:
-    body = _trigger_body(execution)
-    found = body.get("plan")
-    plan: dict[str, Any] = found if isinstance(found, dict) else {}
-    return (
-        plan.get("plan_id") == plan_id
-        and plan.get("step") == step
-        and isinstance(body.get("args"), dict)
-        and content_hash(body["args"]) == arg_hash
-    )
+    return plan.step(int(step_no))

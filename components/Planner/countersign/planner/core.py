@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, time
+from datetime import datetime, time, timedelta
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
@@ -150,6 +150,7 @@ def make_plan(
             )
         )
 
+    _check_offered_ranges(graph, registry, intent)
     writes = [p for p in ordered if p.op.safety == "write"]
     scopes = sorted({s for p in writes for s in p.op.scopes})
     watch_s = max(
@@ -419,6 +420,49 @@ def _check_args(
         raise PlanningError(
             f"intent {intent!r}, template {t.id!r}: {uses}.{t.call} needs arg(s) {missing}"
         )
+
+
+# ---- what can be offered -----------------------------------------------------------------------
+def _check_offered_ranges(graph: list[PlanStep], registry: Registry, intent: Intent) -> None:
+    """A step that offers time slots (registry ``offers: {kind: range}``) must be able to offer
+    one: its window ends after it starts and after the intent was received (the planner's only
+    "now"), and is at least the signed duration long. Otherwise the plan is refused, naming both
+    (the approval and the execute check the same against the clock)."""
+    for s in graph:
+        spec = registry.op(s.uses, s.call).offers
+        if spec is None or spec.kind != "range" or spec.window is None:
+            continue
+        start, end = (_instant(s.args.get(a)) for a in spec.window)
+        minutes = s.args.get(spec.duration_arg or "")
+        where = f"step {s.step} ({s.uses}.{s.call})"
+        if start is None or end is None:
+            raise PlanningError(f"{where}: the window {spec.window} must be two date-times")
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or minutes <= 0:
+            raise PlanningError(
+                f"{where}: {spec.duration_arg} must be a positive number of minutes"
+            )
+        if end <= start:
+            raise PlanningError(f"{where}: the window ends ({end.isoformat()}) before it starts")
+        if end <= intent.received_at:
+            raise PlanningError(
+                f"{where}: the window {start.isoformat()} – {end.isoformat()} is in the past "
+                f"(asked at {intent.received_at.isoformat()}); give a time still to come"
+            )
+        if end - start < timedelta(minutes=minutes):
+            raise PlanningError(
+                f"{where}: a {minutes}-minute slot does not fit in the window "
+                f"{start.isoformat()} – {end.isoformat()}"
+            )
+
+
+def _instant(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
 
 
 # ---- gates ------------------------------------------------------------------------------------

@@ -94,9 +94,13 @@ _text = st.text(
 @st.composite
 def meeting_intents(draw: st.DrawFn) -> Intent:
     """Schedule-meeting intents with varied people, times, titles, zones and ids."""
+    # a window that can hold the meeting and has not ended when it is asked for (the planner
+    # refuses any other: Planner SPEC, "what can be offered")
+    duration = draw(st.integers(5, 240))
     start = T0 + timedelta(minutes=draw(st.integers(0, 60 * 24 * 365)))
-    end = start + timedelta(minutes=draw(st.integers(30, 60 * 24 * 7)))
-    received = T0 + timedelta(milliseconds=draw(st.integers(0, 10**10)))
+    end = start + timedelta(minutes=draw(st.integers(max(30, duration), 60 * 24 * 7)))
+    last_ms = (end - T0) // timedelta(milliseconds=1) - 1
+    received = T0 + timedelta(milliseconds=draw(st.integers(0, min(10**10, last_ms))))
     ulid_bytes = draw(st.binary(min_size=16, max_size=16))
     return Intent(
         intent="schedule_meeting",
@@ -107,7 +111,7 @@ def meeting_intents(draw: st.DrawFn) -> Intent:
         context_budget=draw(st.integers(0, 5)),
         entities={
             "participants": draw(st.lists(_emails, min_size=1, max_size=4, unique=True)),
-            "duration_min": draw(st.integers(5, 240)),
+            "duration_min": duration,
             "window_start": start.isoformat().replace("+00:00", "Z"),
             "window_end": end.isoformat().replace("+00:00", "Z"),
             "title": draw(_text),

@@ -22,6 +22,7 @@ __all__ = [
     "Idempotency",
     "IntentSpec",
     "NodeBinding",
+    "Offers",
     "Operation",
     "ParamSpec",
     "StepTemplate",
@@ -155,6 +156,41 @@ class Budget(Contract):
     total: str = Field(pattern=_ID)
 
 
+class Offers(Contract):
+    """What a read op's output offers a person to choose from at the gate after it (GLOBAL_SPEC
+    §8, "the choice at a gate"): the only choices that gate's approval accepts.
+
+    - ``kind: option`` — the choice is one of the offers, projected through ``pick`` (choice path
+      → offer field): ``pick: {item: item}`` makes ``{"item": <offer.item>}``, ``pick: {slot.id:
+      id}`` makes ``{"slot": {"id": <offer.id>}}``.
+    - ``kind: range`` — each offer is a free stretch ``{start, end}``; the choice is
+      ``{"start", "end"}`` inside one stretch, exactly ``duration_arg`` minutes long (the op's own
+      signed argument), inside the ``window`` args when given, and not in the past.
+    """
+
+    kind: Literal["option", "range"]
+    #: the field of the op's output that lists the offers
+    list: str = Field(pattern=_ID)
+    pick: dict[str, str] = Field(default_factory=dict)
+    duration_arg: str | None = Field(default=None, pattern=_ID)
+    window: tuple[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> Offers:
+        if self.kind == "option" and not self.pick:
+            raise ValueError("an 'option' offer must say what the choice picks ('pick')")
+        if self.kind == "range" and (self.duration_arg is None or self.pick):
+            raise ValueError("a 'range' offer names its 'duration_arg' and picks nothing")
+        for path, fld in self.pick.items():
+            if not re.fullmatch(_ID, path) or not re.fullmatch(_ID, fld):
+                raise ValueError(f"pick {path!r}: {fld!r} must be dotted lower-case names")
+        return self
+
+    def arg_names(self) -> set[str]:
+        """The op args this declaration reads."""
+        return {a for a in (self.duration_arg, *(self.window or ())) if a is not None}
+
+
 class Operation(Contract):
     """One logical operation of a connector, bound to an n8n node."""
 
@@ -175,6 +211,8 @@ class Operation(Contract):
     lock: str | None = None
     #: a spending limit checked before the gate is approved and before the write runs
     budget: Budget | None = None
+    #: what a read's output offers the person at the gate after it (the valid choices)
+    offers: Offers | None = None
     #: How the orchestrator turns the node's raw output into the step's normalized output:
     #: ``json`` (the HTTP body parsed as JSON, or the node's item), ``text`` (the body as a
     #: string), ``ics_busy`` (busy intervals from an iCalendar body), ``status`` (status code
@@ -204,6 +242,13 @@ class Operation(Contract):
                 raise ValueError("only write ops have a budget")
             if self.budget.arg not in accepted:
                 raise ValueError(f"budget.arg reads undeclared arg {self.budget.arg!r}")
+        if self.offers is not None:
+            if self.safety != "read":
+                raise ValueError("only read ops offer choices")
+            if self.offers.arg_names() - accepted:
+                raise ValueError(
+                    f"offers reads undeclared arg(s) {sorted(self.offers.arg_names() - accepted)}"
+                )
         if self.lock is not None:
             missing = {n for s, n in template_fields(self.lock) if not s} - accepted
             if missing:

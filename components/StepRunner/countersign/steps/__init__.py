@@ -6,6 +6,7 @@ edits, ``RegistryStore``: the API edits it, the durable worker follows it)."""
 
 from .adapters import N8nTransport, StoreRecorder
 from .budget import OverBudgetError, check_budget
+from .choices import ChoiceError, GateOffer, check_choice, gate_offer, offered_choices
 from .compensation import compensation_steps
 from .registry_store import Kind as RegistryKind
 from .registry_store import RegistryStore
@@ -33,6 +34,8 @@ from .writes import (
 
 __all__ = [
     "Attempt",
+    "ChoiceError",
+    "GateOffer",
     "N8nStepRunner",
     "N8nTransport",
     "OverBudgetError",
@@ -54,11 +57,14 @@ __all__ = [
     "WriteFailedError",
     "WriteProtocol",
     "check_budget",
+    "check_choice",
     "check_current",
     "classify",
     "compensation_steps",
     "fingerprint",
+    "gate_offer",
     "idempotency_key",
+    "offered_choices",
     "run_dag",
     "verify_or_audit",
 ]

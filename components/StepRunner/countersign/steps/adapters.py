@@ -171,6 +171,6 @@ class StoreRecorder:
                     "plan_id": verified.plan.plan_id,
                     "latency_ms": latency_ms,
                     "reason": reason[:500] if reason else None,
-                    "details": {"reads": len(fingerprints)},
+                    "details": {"reads": len(fingerprints), "steps": sorted(fingerprints)},
                 },
             )

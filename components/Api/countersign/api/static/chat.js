@@ -256,17 +256,47 @@ async function approveGate(planId, gateId, choice) {
   }
 }
 
-function gate(doc, g, reads) {
+function labelled(doc, reads, value) {
+  // how a choice the server offers reads to a person: a slot in their clock, an offer with its price
+  const local = choices(doc, reads).find((o) => JSON.stringify(o.value) === JSON.stringify(value));
+  if (local) return local;
+  if (value && value.start && value.end) return { label: when(value.start, value.end), title: `${value.start} → ${value.end}`, value };
+  return { label: shown(value), value };
+}
+
+async function fillChoices(doc, g, reads, holder, approve, options) {
+  // the choices are the ones the server accepts for this gate (derived from the signed plan and
+  // what the preview read): the card offers those and nothing else
   const planId = doc.plan.plan_id;
-  const options = needsChoice(doc, g.gate_id) ? choices(doc, reads) : [];
-  const fs = el("fieldset", { "aria-label": `gate ${g.gate_id}`, "data-gate": g.gate_id }, el("legend", {}, `Approve ${g.gate_id}?`));
-  options.forEach((o, i) => {
+  let offered = [];
+  try {
+    const now = await api("GET", `/v1/plans/${planId}`);
+    const mine = (now.gates || []).find((x) => x.gate_id === g.gate_id);
+    offered = (mine && mine.choices && mine.choices.options) || [];
+  } catch (e) { offered = []; }
+  offered.forEach((o, i) => {
+    const shownAs = labelled(doc, reads, o.value);
+    options.push(shownAs);
     const id = `choice-${planId}-${g.gate_id}-${i}`;
-    fs.append(el("div", {},
+    holder.append(el("div", {},
       el("input", Object.assign({ type: "radio", name: `choice-${planId}-${g.gate_id}`, id, value: String(i),
         "data-choice": JSON.stringify(o.value) }, i === 0 ? { checked: "" } : {})),
-      el("label", Object.assign({ for: id }, o.title ? { title: o.title } : {}), o.label)));
+      el("label", Object.assign({ for: id }, shownAs.title ? { title: shownAs.title } : {}), shownAs.label)));
   });
+  if (!offered.length) {
+    holder.append(el("p", { class: "meta", role: "status" }, "Nothing was offered to choose from (for example nothing within the budget, or no free time in the window): there is nothing to approve here. Ask again with other limits."));
+    approve.disabled = true;
+  } else {
+    approve.disabled = false;
+  }
+}
+
+function gate(doc, g, reads) {
+  const planId = doc.plan.plan_id;
+  const options = [];
+  const fs = el("fieldset", { "aria-label": `gate ${g.gate_id}`, "data-gate": g.gate_id }, el("legend", {}, `Approve ${g.gate_id}?`));
+  const holder = el("div", { class: "choices" });
+  fs.append(holder);
   const approve = el("button", { type: "button", onclick: async () => {
     approve.disabled = reject.disabled = true;
     const picked = fs.querySelector("input[type=radio]:checked");
@@ -298,6 +328,10 @@ function gate(doc, g, reads) {
     catch (e) { note(planId, `refused: ${e.message}`); }
   } }, "Reject");
   fs.append(el("div", {}, approve, " ", reject));
+  if (needsChoice(doc, g.gate_id)) {
+    approve.disabled = true;
+    fillChoices(doc, g, reads, holder, approve, options);
+  }
   return fs;
 }
 
