@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -23,6 +24,11 @@ import httpx
 from .errors import N8nApiError, N8nUnavailableError
 
 __all__ = ["N8nClient"]
+
+
+def _iso_ms(when: datetime) -> str:
+    """An instant as n8n's API takes it: UTC, milliseconds (rounded down), ``Z``."""
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class N8nClient:
@@ -217,6 +223,35 @@ class N8nClient:
             cursor = page.get("nextCursor")
             if not cursor:
                 return
+
+    async def executions_page(
+        self,
+        *,
+        cursor: str | None = None,
+        workflow_id: str | None = None,
+        status: str | None = None,
+        started_after: datetime | None = None,
+        started_before: datetime | None = None,
+        include_data: bool = False,
+        limit: int = 250,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of executions, highest id (newest) first, and the cursor of the next page
+        (``None`` after the last). n8n 2.x filters by start time, both bounds inclusive
+        (``startedAfter`` / ``startedBefore``, sent to the millisecond, rounded down), and hides
+        running executions unless ``status="running"``. With ``include_data`` the data of large
+        executions comes too (``ignoreDataSizeLimit``) instead of being left out."""
+        params: dict[str, Any] = {"limit": limit}
+        if include_data:
+            params.update(includeData="true", ignoreDataSizeLimit="true")
+        for name, value in (("workflowId", workflow_id), ("status", status), ("cursor", cursor)):
+            if value:
+                params[name] = value
+        for name, when in (("startedAfter", started_after), ("startedBefore", started_before)):
+            if when is not None:
+                params[name] = _iso_ms(when)
+        page = await self._request("list executions", "GET", "/api/v1/executions", params=params)
+        data: list[dict[str, Any]] = list(page.get("data", []))
+        return data, page.get("nextCursor") or None
 
     async def get_execution(
         self, execution_id: str | int, *, include_data: bool = True
