@@ -722,27 +722,3 @@ def test_registry_edited_after_signing_is_refused_before_anything_runs(
             {"p": doc["plan"]["plan_id"]},
         ).scalars()
         assert sorted(reasons) == ["plan_expired", "registry_changed", "registry_changed"]
-
-
-def test_reconcile_settles_a_key_n8n_never_ran_as_failed(stack: Stack) -> None:
-    """An ``unknown`` key whose request never produced an n8n execution (lost before n8n took
-    it) is ``failed`` after reconciliation: it may be sent again with a new approval."""
-    from countersign.steps import idempotency_key
-
-    doc = _signed(stack.registry, stack.keyring)
-    ledger = IdempotencyLedger(stack.db, clock=system_clock, audit=AuditLog(clock=system_clock))
-    key = idempotency_key(doc["plan"]["plan_id"], 5, {"never": "sent"})
-    from countersign.kernel import content_hash
-
-    ledger.claim(key, content_hash({"never": "sent"}), owner="t")
-    ledger.mark_sent(key, owner="t")
-    ledger.mark_unknown(key, "ReadTimeout", owner="t")
-
-    async def go() -> dict[int, str]:
-        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
-            return await _executor(stack, N8nTransport(client)).reconcile(
-                doc, user_id=ALICE, settle_after_s=0
-            )
-
-    assert asyncio.run(go()) == {5: "failed"}
-    assert ledger.state(key)["state"] == "failed"  # type: ignore[index]
