@@ -49,6 +49,18 @@ def test_users_add_list_revoke(db: Database, pg_url: str, tmp_path: Path) -> Non
         (("plans", "show", "01ZZZZZZZZZZZZZZZZZZZZZZZZ"), 1, "plan_not_found"),
         (("cancel", "nope"), 1, "plan_not_found"),
         (("approve", "01ZZZZZZZZZZZZZZZZZZZZZZZZ", "gate-A", "--choice", "{bad"), 2, "not JSON"),
+        # one text, one reading (GLOBAL_SPEC §11a): a key given twice, however it is spelled
+        *(
+            (("approve", "01ZZZZZZZZZZZZZZZZZZZZZZZZ", "gate-A", "--choice", c), 2, says)
+            for c, says in [
+                ('{"slot": 1, "slot": 2}', "document_duplicate_key: --choice: $: key 'slot'"),
+                ('{"sl\\u006ft": 1, "slot": 2}', "key 'slot' appears more than once"),
+                ('{"s": {"a": 1, "\\u0061": 2}}', "$.s: key 'a'"),
+                ('[{"x": 1}, {"x": 1, "x": 1}]', "$[1]: key 'x'"),
+                ('{"a": NaN}', "document_malformed"),
+                ("[" * 100 + "]" * 100, "deeper than 64"),
+            ]
+        ),
     ],
 )
 def test_plan_verbs_refuse_in_one_line(

@@ -40,6 +40,7 @@ from countersign.kernel import CountersignError, InputError, Needs, format_utc
 from countersign.steps import RegistryKind as Kind
 from countersign.steps import RegistryStore, StepTransport
 
+from .bodies import StrictJsonRoute
 from .codec import CodecCors, CodecPayloads, decode_for, encode_for, from_wire, to_wire
 from .errors import (
     AdminOnlyError,
@@ -462,6 +463,8 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         summary="Signed plans, read-only previews, approvals bound to the plan.",
         lifespan=lifespan,
     )
+    # every JSON body is read by the strict loader before FastAPI validates it (GLOBAL_SPEC §11a)
+    app.router.route_class = StrictJsonRoute
 
     app.state.users = users
     app.state.limiter = limiter

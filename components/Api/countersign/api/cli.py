@@ -19,7 +19,13 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from countersign.kernel import CountersignError, InputError, PlanningError, Settings
+from countersign.kernel import (
+    CountersignError,
+    InputError,
+    PlanningError,
+    Settings,
+    loads_strict,
+)
 from countersign.kernel.process import ServiceError
 
 __all__ = ["register", "users_app"]
@@ -183,12 +189,13 @@ def register(app: typer.Typer) -> None:
         """Serve the HTTP API (n8n must be running: ``countersign up`` starts everything)."""
 
         def body() -> None:
-            import uvicorn  # noqa: PLC0415
-
+            from .server import serve  # noqa: PLC0415
             from .stack import build_app  # noqa: PLC0415
 
-            app_ = build_app(_stack(policy))
-            uvicorn.run(app_, host=host, port=port, log_level="warning")
+            stack = _stack(policy)
+            # the edge (server.py): ambiguous framing 400 + close, a stalled request 408 + close
+            timeout = stack.settings.http_read_timeout_s
+            serve(build_app(stack), host=host, port=port, read_timeout_s=timeout)
 
         _guard(body)
 
@@ -227,12 +234,8 @@ def register(app: typer.Typer) -> None:
         """Approve a gate; prints the token (single use, short-lived)."""
 
         def body() -> None:
-            picked = None
-            if choice is not None:
-                try:
-                    picked = json.loads(choice)
-                except json.JSONDecodeError as e:
-                    raise InputError(f"--choice is not JSON: {e.msg}") from e
+            # strict (GLOBAL_SPEC §11a): a key given twice is refused, not "last wins"
+            picked = None if choice is None else loads_strict(choice, what="--choice")
             _print(asyncio.run(_stack().service.approve(plan_id, gate, user, choice=picked)))
 
         _guard(body)

@@ -32,6 +32,7 @@ from countersign.workflowbuilder import CredentialRef
 
 from .app import ApiConfig, create_app
 from .reads import Reads
+from .server import DEFAULT_READ_TIMEOUT_S, server_config
 from .service import PlanService
 from .users import UserStore
 
@@ -85,10 +86,13 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve(app: FastAPI, *, port: int | None = None) -> Iterator[str]:
-    """Run ``app`` until the block ends; yields its base URL."""
+def serve(
+    app: FastAPI, *, port: int | None = None, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+) -> Iterator[str]:
+    """Run ``app`` until the block ends, configured as ``countersign api`` serves it
+    (``server.server_config``: the same protocol and edge); yields its base URL."""
     port = port or _free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = server_config(app, host="127.0.0.1", port=port, read_timeout_s=read_timeout_s)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"api-{port}", daemon=True)
     thread.start()
@@ -118,6 +122,8 @@ class ApiHarness:
         self.base, self.keys, self.service = base, keys, service
         self.db: Database = service.db
         self.radicale, self.smtp = radicale, smtp
+        #: the served app (its routes, for tests that walk every one)
+        self.app: FastAPI | None = None
 
     def client(self, user: str | None = ALICE, **kw: Any) -> httpx.Client:
         """An HTTP client authenticated as ``user`` (None: no credentials)."""
@@ -181,11 +187,12 @@ def harness(
     payload_codec: Any = None,
     codec_origin: str | None = None,
     reconcile_every_s: float = 60.0,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> Iterator[ApiHarness]:
     """Serve the API over these peers (``settings`` adds connector settings; ``temporal_connect``
     lets durable plans run on Temporal; ``payload_codec`` and ``codec_origin`` serve the codec
     endpoint for the Temporal UI at that origin; ``reconcile_every_s`` paces the recording of
-    runs that ended outside Countersign)."""
+    runs that ended outside Countersign; ``read_timeout_s`` the server's whole-request deadline)."""
     for user in (ALICE, BOB):
         radicale.make_calendar(user)
         for name in radicale.events(user):
@@ -233,7 +240,9 @@ def harness(
     )
     app = create_app(service, users, config)
     try:
-        with serve(app) as base:
-            yield ApiHarness(base, keys, service, radicale, smtp_server)
+        with serve(app, read_timeout_s=read_timeout_s) as base:
+            harness = ApiHarness(base, keys, service, radicale, smtp_server)
+            harness.app = app
+            yield harness
     finally:
         reads.close()

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from countersign.kernel import DocumentError, loads_strict
+
 from .proposer import Proposal, ProposalError
 
 __all__ = ["LitellmProposer"]
@@ -89,9 +91,10 @@ def parse_answer(content: str) -> Proposal:
     """The model's text as a Proposal; ``ProposalError`` naming what is wrong with it (not JSON,
     cut off, not an object, wrong member types). Unknown members are ignored."""
     try:
-        data = json.loads(content)
-    except json.JSONDecodeError as e:
-        raise ProposalError(f"the model's answer is not JSON ({e.msg} at {e.pos})") from e
+        # strict (GLOBAL_SPEC §11a): an answer naming "intent" twice has two readings
+        data = loads_strict(content, what="the model's answer")
+    except DocumentError as e:
+        raise ProposalError(f"the model's answer is not JSON: {e.message}") from e
     if not isinstance(data, dict):
         raise ProposalError("the model's answer is not a JSON object")
     intent = data.get("intent")

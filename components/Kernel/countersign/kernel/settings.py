@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     #: (terminated or cancelled in the Temporal UI, timed out) while it runs; 0 = only when the
     #: API starts and by ``countersign reconcile``.
     durable_reconcile_every_s: float = Field(default=60.0, ge=0)
+    #: seconds a client has to send one whole request (headers and body) once it started, before
+    #: the API answers 408 and closes the connection (a stalled upload; Api SPEC, the edge)
+    http_read_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     temporal_namespace: str = "default"
     #: mTLS for a Temporal cluster or Temporal Cloud (PEM files); unset = plain loopback.
     temporal_tls_cert: Path | None = None
