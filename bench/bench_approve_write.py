@@ -265,8 +265,8 @@ async def main_async(n: int) -> None:
                             "participants": [ALICE, BOB],
                             "duration_min": 30,
                             "title": f"bench {i}",
-                            "window_start": "2026-11-23T13:00:00Z",
-                            "window_end": "2026-11-23T18:00:00Z",
+                            "window_start": "2037-11-23T13:00:00Z",
+                            "window_end": "2037-11-23T18:00:00Z",
                         },
                     }
                 )
@@ -357,7 +357,7 @@ async def main_async(n: int) -> None:
                 radicale.make_calendar(user)
                 config: Any = {"configurable": {"thread_id": f"bench-{i}"}}
                 app.invoke({"user": user, "uid": f"lg-{i}-event", "title": f"bench {i}"}, config)
-                slot = {"start": "2026-11-23T17:00:00Z", "end": "2026-11-23T18:00:00Z"}
+                slot = {"start": "2037-11-23T17:00:00Z", "end": "2037-11-23T18:00:00Z"}
                 t0 = time.perf_counter()
                 out = app.invoke(Command(resume=slot), config)
                 if out.get("status") != 201:

@@ -213,8 +213,8 @@ async def main_async(n: int) -> None:
                             "participants": [ALICE, BOB],
                             "duration_min": 30,
                             "title": f"bench {i}",
-                            "window_start": "2026-11-23T13:00:00Z",
-                            "window_end": "2026-11-23T18:00:00Z",
+                            "window_start": "2037-11-23T13:00:00Z",
+                            "window_end": "2037-11-23T18:00:00Z",
                         },
                     }
                 )

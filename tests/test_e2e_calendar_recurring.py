@@ -59,7 +59,7 @@ DTSTAMP:20261001T090000Z\r
 DTSTART;TZID=Europe/Berlin:20261005T150000\r
 DTEND;TZID=Europe/Berlin:20261005T160000\r
 RRULE:FREQ=WEEKLY;BYDAY=MO\r
-EXDATE;TZID=Europe/Berlin:20261116T150000\r
+EXDATE;TZID=Europe/Berlin:20371116T150000\r
 SUMMARY:Weekly planning\r
 TRANSP:OPAQUE\r
 END:VEVENT\r
@@ -79,8 +79,8 @@ def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
                 "participants": [ALICE, BOB],
                 "duration_min": 60,
                 "title": "Find a time",
-                "window_start": "2026-11-23T13:00:00Z",
-                "window_end": "2026-11-23T18:00:00Z",
+                "window_start": "2037-11-23T13:00:00Z",
+                "window_end": "2037-11-23T18:00:00Z",
             },
         }
     )
@@ -119,10 +119,10 @@ def test_weekly_tzid_series_in_radicale_is_busy_in_the_preview(
 
     steps = asyncio.run(go()).wrapper.normalized["steps"]
     assert steps["1"]["busy"] == []
-    # 2026-11-23 is a Monday in winter time: 15:00-16:00 Berlin is 14:00-15:00 UTC
-    assert steps["2"]["busy"] == [["2026-11-23T14:00:00Z", "2026-11-23T15:00:00Z"]]
+    # 2037-11-23 is a Monday in winter time: 15:00-16:00 Berlin is 14:00-15:00 UTC
+    assert steps["2"]["busy"] == [["2037-11-23T14:00:00Z", "2037-11-23T15:00:00Z"]]
     slots = [(s["start"], s["end"]) for s in steps["3"]["slots"]]
     assert slots == [
-        ("2026-11-23T13:00:00.000Z", "2026-11-23T14:00:00.000Z"),
-        ("2026-11-23T15:00:00.000Z", "2026-11-23T18:00:00.000Z"),
+        ("2037-11-23T13:00:00.000Z", "2037-11-23T14:00:00.000Z"),
+        ("2037-11-23T15:00:00.000Z", "2037-11-23T18:00:00.000Z"),
     ]

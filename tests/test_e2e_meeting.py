@@ -64,8 +64,8 @@ def _signed(registry: Registry, keyring: KeyRing, title: str = "Sync") -> dict[s
                 "participants": [ALICE, BOB],
                 "duration_min": 30,
                 "title": f"{title} {n}",
-                "window_start": "2026-11-23T13:00:00Z",
-                "window_end": "2026-11-23T18:00:00Z",
+                "window_start": "2037-11-23T13:00:00Z",
+                "window_end": "2037-11-23T18:00:00Z",
             },
         }
     )
@@ -194,7 +194,7 @@ def _first_slot(preview: Any) -> dict[str, str]:
 
 def test_meeting_preview_then_execute_exactly_once(stack: Stack) -> None:
     doc = _signed(stack.registry, stack.keyring)
-    stack.radicale.add_event(BOB, "bob-busy", "20261123T130000Z", "20261123T140000Z")
+    stack.radicale.add_event(BOB, "bob-busy", "20371123T130000Z", "20371123T140000Z")
 
     async def go() -> None:
         async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
@@ -203,9 +203,9 @@ def test_meeting_preview_then_execute_exactly_once(stack: Stack) -> None:
             steps = preview.wrapper.normalized["steps"]
             assert set(steps) == {"1", "2", "3"}
             assert steps["2"]["busy"] == [
-                ["2026-11-23T14:00:00Z".replace("14", "13"), "2026-11-23T14:00:00Z"]
+                ["2037-11-23T14:00:00Z".replace("14", "13"), "2037-11-23T14:00:00Z"]
             ]
-            assert steps["3"]["slots"][0]["start"] == "2026-11-23T14:00:00.000Z"
+            assert steps["3"]["slots"][0]["start"] == "2037-11-23T14:00:00.000Z"
             assert preview.wrapper.can_execute
             assert stack.events() == [] and stack.mails() == 0  # preview never writes
             token = _approve(stack, doc, _first_slot(preview))
@@ -344,7 +344,7 @@ def test_calendar_change_between_preview_and_execute_stops_the_write(stack: Stac
             transport = N8nTransport(client)
             preview = await _preview(stack, doc, transport)
             token = _approve(stack, doc, _first_slot(preview))
-            stack.radicale.add_event(BOB, "late-busy", "20261123T150000Z", "20261123T160000Z")
+            stack.radicale.add_event(BOB, "late-busy", "20371123T150000Z", "20371123T160000Z")
             with pytest.raises(StaleWorldError) as info:
                 await _executor(stack, transport).execute(
                     doc, user_id=ALICE, tokens={"gate-A": token}

@@ -10,7 +10,7 @@ n8n executions for its writes only.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -33,14 +33,14 @@ ORG, ALICE, BOB = "stale-org@example.com", "stale-alice@example.com", "stale-bob
 
 AWKWARD = [
     "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nBEGIN:VEVENT\r\nUID:u1\r\n"
-    "DTSTAMP:20261101T000000Z\r\nDTSTART;TZID=Europe/Lisbon:20261123T133000\r\n"
-    "DTEND;TZID=Europe/Lisbon:20261123T141500\r\nSUMMARY:Réunion — café ☕\r\n"
+    "DTSTAMP:20261101T000000Z\r\nDTSTART;TZID=Europe/Lisbon:20371123T133000\r\n"
+    "DTEND;TZID=Europe/Lisbon:20371123T141500\r\nSUMMARY:Réunion — café ☕\r\n"
     "END:VEVENT\r\nEND:VCALENDAR\r\n",
     "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nBEGIN:VEVENT\r\nUID:u2\r\n"
-    "DTSTAMP:20261101T000000Z\r\nDTSTART:20261116T160000Z\r\nDTEND:20261116T163000Z\r\n"
+    "DTSTAMP:20261101T000000Z\r\nDTSTART:20371116T160000Z\r\nDTEND:20371116T163000Z\r\n"
     "RRULE:FREQ=WEEKLY;COUNT=3\r\nSUMMARY:weekly\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n",
     "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nBEGIN:VEVENT\r\nUID:u3\r\n"
-    "DTSTAMP:20261101T000000Z\r\nDTSTART;VALUE=DATE:20261124\r\nDTEND;VALUE=DATE:20261125\r\n"
+    "DTSTAMP:20261101T000000Z\r\nDTSTART;VALUE=DATE:20371124\r\nDTEND;VALUE=DATE:20371125\r\n"
     "SUMMARY:all day\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n",
 ]
 
@@ -67,8 +67,8 @@ def _signed(registry: Registry, keyring: KeyRing, n: int) -> dict[str, Any]:
                 "participants": [ALICE, BOB],
                 "duration_min": 30,
                 "title": f"stale {n}",
-                "window_start": "2026-11-23T13:00:00Z",
-                "window_end": "2026-11-23T18:00:00Z",
+                "window_start": "2037-11-23T13:00:00Z",
+                "window_end": "2037-11-23T18:00:00Z",
             },
         }
     )
@@ -89,6 +89,11 @@ def calendars(radicale: Radicale) -> Radicale:
     return radicale
 
 
+def _plus_30(start: str) -> str:
+    t = datetime.fromisoformat(start.replace("Z", "+00:00")) + timedelta(minutes=30)
+    return t.isoformat().replace("+00:00", "Z")
+
+
 def _approve(db: Database, doc: dict[str, Any], slot: dict[str, Any]) -> str:
     return (
         Approvals(db, clock=system_clock)
@@ -99,7 +104,9 @@ def _approve(db: Database, doc: dict[str, Any], slot: dict[str, Any]) -> str:
             user_id=ORG,
             scopes=["calendar.write"],
             ttl_s=300,
-            choice={"start": slot["start"], "end": slot["end"]},
+            # the first 30 minutes of the free stretch: the signed length (a whole stretch
+            # is not a choice the gate offers)
+            choice={"start": slot["start"], "end": _plus_30(slot["start"])},
         )
         .token
     )
@@ -141,7 +148,7 @@ def test_direct_reread_equals_the_preview_then_catches_a_change(
             slot = pv.outputs[3]["slots"][-1]
             token = _approve(db, doc, slot)
             # the world moves after the preview: bob becomes busy inside the window
-            calendars.add_event(BOB, "late", "20261123T170000Z", "20261123T173000Z")
+            calendars.add_event(BOB, "late", "20371123T170000Z", "20371123T173000Z")
             with pytest.raises(StaleWorldError) as info:
                 await Executor(
                     keys=keyring, registry=registry, transport=transport, db=db, settings=settings
