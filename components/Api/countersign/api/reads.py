@@ -24,7 +24,9 @@ SELECT p.plan_id, p.user_id, p.plan_hash, p.canonical, p.envelope, p.intent, p.c
   (SELECT coalesce(json_agg(json_build_object('seq', e.seq, 'kind', e.kind, 'step', e.step,
                                               'op', e.op, 'status', e.status,
                                               'workflow_id', CASE WHEN e.kind = 'handed_off'
-                                                THEN e.details->>'workflow_id' END)
+                                                THEN e.details->>'workflow_id' END,
+                                              'details', CASE WHEN e.kind = 'preview_run'
+                                                THEN e.details END)
                             ORDER BY e.seq),
                    '[]'::json)
      FROM plan_events e WHERE e.plan_id = p.plan_id) AS events
