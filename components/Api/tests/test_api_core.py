@@ -91,3 +91,47 @@ def test_json_schemas_are_current() -> None:
         update=os.environ.get("COUNTERSIGN_UPDATE_SCHEMAS") == "1",
     )
     assert not stale, f"schemas out of date: {stale}; rerun with COUNTERSIGN_UPDATE_SCHEMAS=1"
+
+
+def _approved() -> list[dict[str, object]]:
+    return [
+        _e(1, "plan_signed"),
+        {**_e(2, "preview_run"), "details": {"reads": 2, "steps": [1, 2]}},
+        _e(3, "gate_approved", op="gate-A"),
+    ]
+
+
+GATE_AFTER = [
+    ("completed", [_e(4, "execute_finished", "completed")], "completed", "passed"),
+    ("waiting at the next gate", [_e(4, "execute_finished", "waiting")], "waiting", "passed"),
+    ("failed", [_e(4, "execute_finished", "failed")], "failed", "spent"),
+    ("stale: approve again", [_e(4, "execute_refused", "stale")], "stale", "open"),
+    ("cancelled run", [_e(4, "durable_finished", "cancelled")], "cancelled", "spent"),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "tail", "status", "gate"), GATE_AFTER, ids=[g[0] for g in GATE_AFTER]
+)
+def test_a_spent_approval_is_not_shown_as_still_approved(
+    why: str, tail: list[dict[str, object]], status: str, gate: str
+) -> None:
+    state = fold_events([*_approved(), *tail])
+    assert state.status == status
+    assert state.gates == {"gate-A": gate}
+    assert state.steps == {1: "succeeded", 2: "succeeded"}, "the reads the preview ran"
+
+
+def test_an_undecided_gate_of_an_ended_plan_is_closed() -> None:
+    waiting = [_e(1, "plan_signed"), _e(2, "gate_waiting", "waiting", op="gate-B")]
+    assert fold_events([*waiting, _e(3, "plan_cancelled", "cancelled")]).gates == {
+        "gate-B": "closed"
+    }
+    assert fold_events([*waiting, _e(3, "durable_finished", "cancelled")]).status == "cancelled"
+
+
+def test_a_run_cancelled_in_the_temporal_ui_is_cancelled_not_failed() -> None:
+    from countersign.api.core import ended_outcome
+
+    assert ended_outcome("CANCELED") == ("cancelled", "cancelled")
+    assert ended_outcome("TERMINATED") == ("terminated", "failed")

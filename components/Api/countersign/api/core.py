@@ -104,7 +104,7 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
 
     A gate is ``open`` until decided; ``approved`` once a token for it was redeemed; ``passed``
     once the execute that spent it ran its writes (completed, or moved on to the next gate);
-    ``spent`` when that execute failed; back to ``open`` when the world moved before its writes
+    ``spent`` when that execute failed or the plan ended otherwise (cancelled, expired); back to ``open`` when the world moved before its writes
     (the approval was spent and a new one is needed); ``closed`` when the plan ended without it
     being decided (cancelled, expired, rejected elsewhere)."""
     state = PlanState()
@@ -157,7 +157,7 @@ def _gates_after(state: PlanState, outcome: str) -> None:
     """What an execute's (or a run's) end means for the gates decided so far."""
     if outcome in ("completed", "waiting"):
         _gates(state, "approved", "passed")
-    elif outcome == "failed":
+    elif outcome in TERMINAL:  # failed, cancelled, rejected, expired, refused
         _gates(state, "approved", "spent")
     if outcome in TERMINAL:
         _gates(state, "open", "closed")
