@@ -122,7 +122,7 @@ def test_bad_bodies_are_named(api: Api) -> None:
                 "/v1/intents", content=b"{not json", headers={"content-type": "application/json"}
             ),
             422,
-            "invalid_request",
+            "document_malformed",  # read by the strict loader (GLOBAL_SPEC §11a)
         )
         assert body["detail"]
         other = _meeting(user_id=BOB)

@@ -36,7 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from countersign.contextrag import ForgetRequest, MemoryWrite, PrefsUpdate
 from countersign.durable import EncryptionCodec
-from countersign.kernel import CountersignError, InputError, Needs, format_utc
+from countersign.kernel import CountersignError, InputError, Needs, ascii_digits, format_utc
 from countersign.steps import RegistryKind as Kind
 from countersign.steps import RegistryStore, StepTransport
 
@@ -827,7 +827,7 @@ def create_app(service: PlanService, users: UserStore, config: ApiConfig | None 
         with ``Last-Event-ID`` (ids are the per-plan sequence)."""
         service.document(plan_id, who.user_id)  # 404 for another user's plan
         raw = request.headers.get("last-event-id", "0").strip() or "0"
-        if not raw.isdigit() or len(raw) > 9:
+        if not ascii_digits(raw) or len(raw) > 9:
             raise BadCursorError(f"Last-Event-ID {raw[:20]!r} is not an event id of this plan")
         after = int(raw)
 

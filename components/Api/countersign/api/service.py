@@ -43,6 +43,7 @@ from countersign.kernel import (
     Needs,
     Plan,
     Policy,
+    ascii_digits,
     format_utc,
     parse_contract,
 )
@@ -1009,4 +1010,4 @@ def _execution_summary(ex: Mapping[str, Any]) -> dict[str, Any]:
 
 def _by_id(summary: Mapping[str, Any]) -> tuple[int, str]:
     eid = str(summary["execution_id"])
-    return (int(eid), eid) if eid.isdigit() else (0, eid)
+    return (int(eid), eid) if ascii_digits(eid) else (0, eid)

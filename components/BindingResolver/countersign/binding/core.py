@@ -20,7 +20,7 @@ from countersign.registry import Idempotency, Registry, template_fields
 
 __all__ = ["BoundNode", "DataBinding", "resolve_step", "set_path"]
 
-_SEG = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d+)\])?$")
+_SEG = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d+)\])?$", re.ASCII)
 
 
 class DataBinding(Contract):

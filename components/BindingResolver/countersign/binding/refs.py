@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from countersign.kernel import BindingError
+from countersign.kernel import BindingError, ascii_digits
 
 __all__ = ["referenced_steps", "resolve_refs"]
 
@@ -20,7 +20,7 @@ def _walk(value: Any, path: list[str], ref: str) -> Any:
     for part in path:
         if isinstance(value, Mapping) and part in value:
             value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+        elif isinstance(value, list) and ascii_digits(part) and int(part) < len(value):
             value = value[int(part)]
         else:
             raise BindingError(f"reference {ref!r}: no {part!r} in the value it points to")
@@ -29,7 +29,7 @@ def _walk(value: Any, path: list[str], ref: str) -> Any:
 
 def _one(ref: str, outputs: Mapping[int, Any], choices: Mapping[str, Any]) -> Any:
     parts = ref.split(".")
-    if len(parts) >= 3 and parts[0] == "steps" and parts[1].isdigit() and parts[2] == "output":
+    if len(parts) >= 3 and parts[0] == "steps" and ascii_digits(parts[1]) and parts[2] == "output":
         n = int(parts[1])
         if n not in outputs:
             raise BindingError(f"reference {ref!r}: step {n} has no output yet")
@@ -57,7 +57,7 @@ def referenced_steps(value: Any) -> set[int]:
     if isinstance(value, Mapping):
         if set(value) == {"$ref"} and isinstance(value["$ref"], str):
             parts = value["$ref"].split(".")
-            return {int(parts[1])} if parts[0] == "steps" and parts[1].isdigit() else set()
+            return {int(parts[1])} if parts[0] == "steps" and ascii_digits(parts[1]) else set()
         return set().union(*(referenced_steps(v) for v in value.values())) if value else set()
     if isinstance(value, list):
         return set().union(*(referenced_steps(v) for v in value)) if value else set()

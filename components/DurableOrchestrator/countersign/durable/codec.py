@@ -81,7 +81,7 @@ META_WORKFLOW = "countersign-workflow"
 ANY_USER = "*"
 
 _NONCE = 12
-_KEY_FILE = re.compile(r"^payload-(p(\d{1,6}))\.key$")
+_KEY_FILE = re.compile(r"^payload-(p(\d{1,6}))\.key$", re.ASCII)
 _AAD_PREFIX = b"countersign-payload-v1"
 
 

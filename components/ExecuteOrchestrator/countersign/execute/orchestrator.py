@@ -28,6 +28,7 @@ from countersign.kernel import (
     ExecuteWrapper,
     Plan,
     PlanStep,
+    ascii_digits,
     content_hash,
 )
 from countersign.planwriter import PlanWriter
@@ -912,6 +913,6 @@ def _reconcilable(plan: Plan, key: str) -> PlanStep | None:
     """The plan step a ledger key belongs to (``plan_id:step:arg_hash``); ``None`` for a
     compensation's key (its step is not in the signed graph)."""
     step_no = key.split(":", 2)[1]
-    if not step_no.isdigit() or not 1 <= int(step_no) <= len(plan.graph):
+    if not ascii_digits(step_no) or not 1 <= int(step_no) <= len(plan.graph):
         return None
     return plan.step(int(step_no))

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 from dateutil import parser as dateutil_parser
 from rank_bm25 import BM25Okapi
 
-from countersign.kernel import InputError, format_utc
+from countersign.kernel import InputError, ascii_digits, format_utc
 from countersign.registry import Registry
 
 from .proposer import IntentProposer, ProposalError, catalogue, check_proposal
@@ -344,13 +344,13 @@ def _extract(name: str, kind: str, text: str, local: datetime, contacts: Sequenc
         return _every(text)
     if kind == "integer" and name == "max_lifetime_s":
         m = re.search(
-            r"\b(?:for|within)\s+(?:up\s+to\s+|at\s+most\s+)?(\d+|" + "|".join(_NUMBERS) + r")"
+            r"\b(?:for|within)\s+(?:up\s+to\s+|at\s+most\s+)?([0-9]+|" + "|".join(_NUMBERS) + r")"
             r"\s+(hours?|days?|weeks?)\b",
             text.lower(),
         )
         return (_number(m.group(1)) * _UNIT_S[m.group(2).rstrip("s")], m.group(0)) if m else None
     if kind == "integer" and name == "quantity":
-        m = re.search(rf"\b{_BUY}\s+(\d+|" + "|".join(_NUMBERS) + r")\b", text.lower())
+        m = re.search(rf"\b{_BUY}\s+([0-9]+|" + "|".join(_NUMBERS) + r")\b", text.lower())
         return (_number(m.group(1)), m.group(0)) if m else None
     if kind == "string" and name == "max_price":
         return _amount(text)
@@ -358,7 +358,7 @@ def _extract(name: str, kind: str, text: str, local: datetime, contacts: Sequenc
         return _title(text)
     if kind == "string" and name == "query":
         m = re.search(
-            rf"\b{_BUY}\s+(?:\d+\s+|(?:a|an|one|two|three|four|five|some)\s+)?(.+?)"
+            rf"\b{_BUY}\s+(?:[0-9]+\s+|(?:a|an|one|two|three|four|five|some)\s+)?(.+?)"
             r"(?:\s+(?:under|below|for|max|up to|at most|less than|and)\b|$)",
             text,
             re.I,
@@ -398,7 +398,7 @@ def _every(text: str) -> Got:
     """How often to check: "every 2 seconds", "every 10 minutes", "hourly", "every day"."""
     low = text.lower()
     m = re.search(
-        r"\bevery\s+(\d+|"
+        r"\bevery\s+([0-9]+|"
         + "|".join(_NUMBERS)
         + r")\s+(seconds?|secs?|minutes?|mins?|hours?|days?)\b",
         low,
@@ -467,7 +467,7 @@ def _repair_entity_words(text: str) -> str:
 
 
 def _number(word: str) -> int:
-    return int(word) if word.isdigit() else _NUMBERS[word.lower()]
+    return int(word) if ascii_digits(word) else _NUMBERS[word.lower()]
 
 
 def _people(text: str, contacts: Sequence[Contact]) -> Got:
@@ -501,15 +501,15 @@ def _duration(text: str) -> Got:
     m = re.search(r"\bhalf an hour\b", low)
     if m:
         return (30, m.group(0))
-    m = re.search(r"\b(\d+)\s*h(?:ours?)?\s*(\d+)\s*(?:m|min|minutes?)?\b", low)
+    m = re.search(r"\b([0-9]+)\s*h(?:ours?)?\s*([0-9]+)\s*(?:m|min|minutes?)?\b", low)
     if m:
         return (int(m.group(1)) * 60 + int(m.group(2)), m.group(0))
-    m = re.search(r"\b(an|one|two|three|\d+(?:\.5)?)\s*(?:-\s*)?(hours?|h)\b", low)
+    m = re.search(r"\b(an|one|two|three|[0-9]+(?:\.5)?)\s*(?:-\s*)?(hours?|h)\b", low)
     if m:
         n = m.group(1)
-        hours = float(n) if n[0].isdigit() else float(_NUMBERS[n])
+        hours = float(n) if ascii_digits(n[0]) else float(_NUMBERS[n])
         return (int(hours * 60), m.group(0))
-    m = re.search(r"\b(\d+|" + "|".join(_NUMBERS) + r")\s*(?:-\s*)?(?:minutes?|mins?|m)\b", low)
+    m = re.search(r"\b([0-9]+|" + "|".join(_NUMBERS) + r")\s*(?:-\s*)?(?:minutes?|mins?|m)\b", low)
     if m:
         return (_number(m.group(1)), m.group(0))
     return None
@@ -518,7 +518,7 @@ def _duration(text: str) -> Got:
 def _amount(text: str) -> Got:
     m = re.search(
         r"\b(?:under|below|max(?:imum)?|up to|at most|less than|for)\s*(?:€|eur\s*|\$)?\s*"
-        r"(\d+(?:[.,]\d{1,2})?)\s*(?:€|euros?|eur|dollars?|usd)?",
+        r"([0-9]+(?:[.,][0-9]{1,2})?)\s*(?:€|euros?|eur|dollars?|usd)?",
         text,
         re.I,
     )
@@ -553,7 +553,7 @@ def _window(text: str, local: datetime) -> tuple[tuple[datetime, datetime], str]
     today = local.date()
     part = next((p for p in _PARTS if re.search(rf"\b{p}\b", low)), None)
     h1, h2 = _PARTS[part] if part else WORK_DAY
-    after = re.search(r"\bafter\s+(\d{1,2})(?::(\d{2}))?\s*(am|pm)?", low)
+    after = re.search(r"\bafter\s+([0-9]{1,2})(?::([0-9]{2}))?\s*(am|pm)?", low)
     if after:
         hour = int(after.group(1))
         if after.group(3) == "pm" or (after.group(3) is None and hour < 8):
@@ -574,7 +574,7 @@ def _window(text: str, local: datetime) -> tuple[tuple[datetime, datetime], str]
         )
     m = re.search(r"\bwithin\s+(?:the\s+next\s+)?(\w+)\s+(days?|weeks?)\b", low)
     if m:
-        n = _number(m.group(1)) if m.group(1) in _NUMBERS or m.group(1).isdigit() else 1
+        n = _number(m.group(1)) if m.group(1) in _NUMBERS or ascii_digits(m.group(1)) else 1
         days = n * (7 if m.group(2).startswith("week") else 1)
         return span(today, today + timedelta(days=days), m.group(0))
     if re.search(r"\btomorrow\b", low):
@@ -616,10 +616,10 @@ def _window(text: str, local: datetime) -> tuple[tuple[datetime, datetime], str]
 _MON = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
 _ORD = r"(?:st|nd|rd|th)?"
 _CALENDAR = re.compile(
-    rf"\b(?:on\s+)?(?:the\s+)?(?:\d{{1,2}}{_ORD}(?:\s+of)?\s+{_MON}|{_MON}\s+(?:the\s+)?\d{{1,2}}{_ORD})"
-    r"(?:,?\s+(?:\d{4}))?\b"
+    rf"\b(?:on\s+)?(?:the\s+)?(?:[0-9]{{1,2}}{_ORD}(?:\s+of)?\s+{_MON}|{_MON}\s+(?:the\s+)?[0-9]{{1,2}}{_ORD})"
+    r"(?:,?\s+(?:[0-9]{4}))?\b"
 )
-_DAY_OF_MONTH = re.compile(r"\bon\s+the\s+(\d{1,2})(?:st|nd|rd|th)\b")
+_DAY_OF_MONTH = re.compile(r"\bon\s+the\s+([0-9]{1,2})(?:st|nd|rd|th)\b")
 
 
 def _calendar_date(low: str, today: date) -> tuple[date, str] | None:
@@ -633,7 +633,7 @@ def _calendar_date(low: str, today: date) -> tuple[date, str] | None:
             parsed = dateutil_parser.parse(cleaned, default=datetime(today.year, 1, 1)).date()
         except (ValueError, OverflowError):
             return None
-        if not re.search(r"\d{4}", said) and parsed < today:
+        if not re.search(r"[0-9]{4}", said) and parsed < today:
             parsed = parsed.replace(year=parsed.year + 1)
         return parsed, said
     m = _DAY_OF_MONTH.search(low)

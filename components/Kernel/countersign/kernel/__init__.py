@@ -21,7 +21,7 @@ from .errors import (
     UnknownIntentError,
     UnknownKeyError,
 )
-from .ids import derived_ulid, parse_ulid
+from .ids import ascii_digits, derived_ulid, parse_ulid
 from .models import (
     MAX_SAFE_INT,
     ApprovalToken,
@@ -91,6 +91,7 @@ __all__ = [
     "UnknownIntentError",
     "UnknownKeyError",
     "UtcDatetime",
+    "ascii_digits",
     "canonical_bytes",
     "content_hash",
     "derived_ulid",

@@ -14,13 +14,23 @@ from ulid import ULID
 
 from .errors import ContractError
 
-__all__ = ["derived_ulid", "parse_ulid"]
+__all__ = ["ascii_digits", "derived_ulid", "parse_ulid"]
 
 #: What ``ULID.from_str`` accepts: 26 Crockford base32 characters of either case (no I, L, O, U),
 #: the first at most 7 (128 bits, no overflow). Decoding and re-encoding such a string gives its
 #: upper-case form, so checking the spelling is enough; ``test_kernel_ids.py`` holds this equal
 #: to ``str(ULID.from_str(value))`` on generated strings.
 _ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{25}")
+
+
+def ascii_digits(text: str) -> bool:
+    """``text`` is one or more ASCII digits ``0``–``9`` — what ``int()`` may then be given.
+
+    ``str.isdigit`` is true for ``²``, ``٣``, ``０`` and every other Unicode digit: ``int("²")``
+    raises, ``int("٣")`` is 3. A number a person or a peer sends (an event id, a step index, a
+    port) is read only after this check, so it has one spelling and never crashes the reader.
+    """
+    return text.isascii() and text.isdigit()
 
 
 def derived_ulid(at: datetime, *material: bytes) -> str:

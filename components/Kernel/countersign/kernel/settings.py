@@ -10,6 +10,8 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .ids import ascii_digits
+
 __all__ = ["Settings", "source_registry_dir"]
 
 
@@ -107,7 +109,7 @@ class Settings(BaseSettings):
         if self.temporal_ui_url:
             return self.temporal_ui_url.rstrip("/")
         host, _, port = self.temporal_address.rpartition(":")
-        if host in {"127.0.0.1", "localhost"} and port.isdigit() and not self.temporal_tls_cert:
+        if host in {"127.0.0.1", "localhost"} and ascii_digits(port) and not self.temporal_tls_cert:
             return f"http://127.0.0.1:{int(port) + 1000}"
         return None
 

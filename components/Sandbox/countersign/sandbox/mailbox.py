@@ -16,6 +16,8 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 
+from countersign.kernel import ascii_digits
+
 from .core import render_page
 from .http import Answer, JsonServer, Request, free_port
 
@@ -104,7 +106,7 @@ def mailbox_route(sink: SmtpSink) -> Any:
             return Answer(200, {"count": len(views), "messages": views})
         if req.path.startswith("/messages/"):
             tail = req.path.rsplit("/", 1)[1]
-            if tail.isdigit() and 1 <= int(tail) <= len(msgs):
+            if ascii_digits(tail) and 1 <= int(tail) <= len(msgs):
                 return Answer(200, message_view(int(tail), msgs[int(tail) - 1][1]))
             return Answer(404, {"error": f"no message {tail}"})
         return Answer(404, {"error": f"no route GET {req.path}"})

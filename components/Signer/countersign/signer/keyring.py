@@ -34,6 +34,7 @@ from countersign.kernel import (
     KeyRingError,
     UnknownKeyError,
     UtcDatetime,
+    ascii_digits,
     loads_strict,
     parse_contract,
 )
@@ -202,7 +203,7 @@ class KeyRing:
 
     # ---- internals ----------------------------------------------------------------------------
     def _next_number(self) -> int:
-        numbers = [int(p[1:]) for p in self._infos if p[:1] == "k" and p[1:].isdigit()]
+        numbers = [int(p[1:]) for p in self._infos if p[:1] == "k" and ascii_digits(p[1:])]
         return max(numbers, default=0) + 1
 
     def _add_key(self, pubkey_id: str, seed: bytes, now: datetime) -> None:

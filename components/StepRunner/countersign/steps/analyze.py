@@ -31,8 +31,10 @@ from countersign.registry import Operation
 __all__ = ["IN_PROCESS", "NotInProcess", "js_code_sha256", "run_in_process"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2})")
-_DECIMAL = re.compile(r"-?\d{1,12}(\.\d{1,6})?")
+_ISO = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2})", re.ASCII
+)
+_DECIMAL = re.compile(r"-?\d{1,12}(\.\d{1,6})?", re.ASCII)
 
 
 class NotInProcess(Exception):  # noqa: N818 - a signal to fall back, never raised to a caller

@@ -31,7 +31,9 @@ from countersign.registry import Offers, Registry
 
 __all__ = ["ChoiceError", "GateOffer", "check_choice", "gate_offer", "offered_choices"]
 
-_ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})")
+_ISO = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})", re.ASCII
+)
 _CHOICE_REF = re.compile(r"^gates\.(gate-[A-Z]{1,3})\.choice(?:\.(.+))?$")
 
 

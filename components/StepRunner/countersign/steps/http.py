@@ -19,7 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from countersign.binding import BoundNode
-from countersign.kernel import BindingError
+from countersign.kernel import BindingError, ascii_digits
 
 __all__ = ["HttpCall", "asend", "http_call", "send"]
 
@@ -42,7 +42,7 @@ def _value(node: BoundNode, data: Mapping[str, Any], path: str) -> Any:
     for part in path.replace("]", "").replace("[", ".").split("."):
         if isinstance(cur, dict):
             cur = cur.get(part)
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+        elif isinstance(cur, list) and ascii_digits(part) and int(part) < len(cur):
             cur = cur[int(part)]
         else:
             return None

@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, text
 
+from countersign.kernel import ascii_digits
+
 from .db import Database
 from .errors import (
     IdempotencyMismatchError,
@@ -223,7 +225,7 @@ class IdempotencyLedger:
                 "status": "unknown",
                 "actor": "ledger",
                 "plan_id": plan_id[:26],
-                "step": int(step) if step.isdigit() else None,
+                "step": int(step) if ascii_digits(step) else None,
                 "reason": reason[:500],
             },
         )
@@ -268,7 +270,7 @@ class IdempotencyLedger:
                     "status": outcome,
                     "actor": actor,
                     "plan_id": plan_id[:26],
-                    "step": int(step) if step.isdigit() else None,
+                    "step": int(step) if ascii_digits(step) else None,
                 },
             )
 
