@@ -273,9 +273,15 @@ class PlanService:
 
     # ---- reading -------------------------------------------------------------------------------
     def _row(self, plan_id: str, user_id: str) -> dict[str, Any]:
+        # by id AND owner in one lookup: another user's plan is not found exactly like a missing
+        # one, in its answer and in its time (Api SPEC, only your own plans)
         row: dict[str, Any] | None = None
         if _plan_id_ok(plan_id):
-            row = self.reads.plan(plan_id) if self.reads is not None else self.plans.get(plan_id)
+            row = (
+                self.reads.plan(plan_id, user_id)
+                if self.reads is not None
+                else self.plans.get(plan_id, owner=user_id)
+            )
         if row is None or row["user_id"] != user_id:
             raise PlanNotFoundError(f"no plan {plan_id[:40]!r}")
         return row
@@ -409,9 +415,10 @@ class PlanService:
             raise InputError(
                 f"plan {plan_id} has no gate {gate_id[:16]!r}; its gates: {sorted(gates)}"
             )
-        self._in_view(plan, gate_id, user_id)
-        self._within_budget(plan, gate_id, user_id)
-        choice = self._offered(plan, gate_id, user_id, choice)
+        row = self.plans.get(plan_id)  # one read for the three checks
+        self._in_view(plan, gate_id, user_id, row)
+        self._within_budget(plan, gate_id, user_id, row)
+        choice = self._offered(plan, gate_id, user_id, choice, row)
         token = self.approvals.issue(
             plan_id=plan_id,
             plan_hash=verified.plan_hash,
@@ -428,16 +435,19 @@ class PlanService:
             "expires_at": format_utc(token.exp),
         }
 
-    def seen_outputs(self, plan: Plan) -> dict[int, Any]:
+    def seen_outputs(self, plan: Plan, row: Mapping[str, Any] | None = None) -> dict[int, Any]:
         """What the person has seen of the plan's steps: the stored preview (refreshed when an
-        execute waits at a later gate), the writes done, and what a watcher found."""
-        row = self.plans.get(plan.plan_id)
+        execute waits at a later gate), the writes done, and what a watcher found (``row``: the
+        plan's stored row, when the caller has it)."""
+        row = row if row is not None else self.plans.get(plan.plan_id)
         outputs: dict[int, Any] = {
             int(s["step"]): s["output"]
             for s in (row or {}).get("steps", [])
             if s["status"] == "done" and s["output"] is not None
         }
         outputs.update(PlanStore.preview_in(row)[0])
+        if not any(s.role == "Watcher" for s in plan.graph):
+            return outputs
         for e in self.events.since(plan.plan_id, 0, limit=10_000):
             found = (e.get("details") or {}).get("found") if e["kind"] == "watcher_polled" else None
             if isinstance(found, Mapping) and e.get("step") is not None:
@@ -468,10 +478,11 @@ class PlanService:
             }
         return out
 
-    def _in_view(self, plan: Plan, gate_id: str, user_id: str) -> None:
+    def _in_view(
+        self, plan: Plan, gate_id: str, user_id: str, row: Mapping[str, Any] | None
+    ) -> None:
         """A gate that depends on an earlier gate's writes is approved only after they ran
         (ARCHITECTURE §3 inv. 3): otherwise refused (409 ``execute_refused``), audited."""
-        row = self.plans.get(plan.plan_id)
         done = {int(s["step"]) for s in (row or {}).get("steps", []) if s["status"] == "done"}
         pending = [w for w in writes_before_gate(plan, self.registry, gate_id) if w not in done]
         if not pending:
@@ -503,10 +514,12 @@ class PlanService:
         except (CountersignError, KeyError, ValueError):
             return {}
 
-    def _offered(self, plan: Plan, gate_id: str, user_id: str, choice: Any) -> Any:
+    def _offered(
+        self, plan: Plan, gate_id: str, user_id: str, choice: Any, row: Mapping[str, Any] | None
+    ) -> Any:
         """The canonical choice if the gate offered it (GLOBAL_SPEC §8, the choice at a gate);
         otherwise ``ChoiceError`` naming the field, audited as ``approval_refused``."""
-        offer = gate_offer(plan, self.registry, gate_id, self.seen_outputs(plan))
+        offer = gate_offer(plan, self.registry, gate_id, self.seen_outputs(plan, row))
         try:
             return check_choice(offer, choice, now=self.clock())
         except ChoiceError as e:
@@ -525,10 +538,11 @@ class PlanService:
                 )
             raise
 
-    def _within_budget(self, plan: Plan, gate_id: str, user_id: str) -> None:
+    def _within_budget(
+        self, plan: Plan, gate_id: str, user_id: str, row: Mapping[str, Any] | None
+    ) -> None:
         """A gate whose writes declare a budget is not approved while what would be charged now
         (reported by the writes done so far) is over it: refused with ``over_budget``, audited."""
-        row = self.plans.get(plan.plan_id)
         outputs = {
             int(s["step"]): s["output"]
             for s in (row or {}).get("steps", [])
