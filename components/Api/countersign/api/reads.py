@@ -30,7 +30,7 @@ SELECT p.plan_id, p.user_id, p.plan_hash, p.canonical, p.envelope, p.intent, p.c
                             ORDER BY e.seq),
                    '[]'::json)
      FROM plan_events e WHERE e.plan_id = p.plan_id) AS events
-FROM plans p WHERE p.plan_id = %(p)s
+FROM plans p WHERE p.plan_id = %(p)s AND p.user_id = %(u)s
 """
 _EVENTS = (
     "SELECT seq, ts, kind, step, op, status, actor, reason, details FROM plan_events "
@@ -71,9 +71,12 @@ class Reads:
         """``{user_id, admin}`` of an active key."""
         return self._one(_KEY, {"h": key_hash})
 
-    def plan(self, plan_id: str) -> dict[str, Any] | None:
-        """The plan row with ``steps`` (outputs) and ``events`` (compact) in one statement."""
-        return self._one(_PLAN, {"p": plan_id})
+    def plan(self, plan_id: str, user_id: str) -> dict[str, Any] | None:
+        """``user_id``'s plan row with ``steps`` (outputs) and ``events`` (compact) in one
+        statement; None when there is no such plan *of that user*. The owner is part of the
+        lookup, not a check after it: another user's plan costs what a missing one costs (no
+        steps and events aggregated), so its 404 cannot be told apart by timing (Api SPEC)."""
+        return self._one(_PLAN, {"p": plan_id, "u": user_id})
 
     def events(self, plan_id: str, after: int, limit: int) -> list[dict[str, Any]]:
         """Events of a plan after ``after`` (oldest first)."""

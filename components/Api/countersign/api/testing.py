@@ -188,11 +188,12 @@ def harness(
     codec_origin: str | None = None,
     reconcile_every_s: float = 60.0,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    rate_limit_per_min: int = 600,
 ) -> Iterator[ApiHarness]:
     """Serve the API over these peers (``settings`` adds connector settings; ``temporal_connect``
     lets durable plans run on Temporal; ``payload_codec`` and ``codec_origin`` serve the codec
     endpoint for the Temporal UI at that origin; ``reconcile_every_s`` paces the recording of
-    runs that ended outside Countersign; ``read_timeout_s`` the server's whole-request deadline)."""
+    runs that ended outside Countersign; ``read_timeout_s`` the server's whole-request deadline; ``rate_limit_per_min`` 0 = none)."""
     for user in (ALICE, BOB):
         radicale.make_calendar(user)
         for name in radicale.events(user):
@@ -237,6 +238,7 @@ def harness(
         payload_codec=payload_codec,
         codec_origin=codec_origin,
         reconcile_every_s=reconcile_every_s,
+        rate_limit_per_min=rate_limit_per_min,
     )
     app = create_app(service, users, config)
     try:

@@ -118,10 +118,14 @@ class PlanStore:
                 on_insert(c)
             return True
 
-    def get(self, plan_id: str) -> dict[str, Any] | None:
-        """The plan row and its steps, or None."""
+    def get(self, plan_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
+        """The plan row and its steps, or None (also, with ``owner``, when another user's: the
+        owner is part of the lookup, so both cost the same)."""
+        sql = (
+            "SELECT * FROM plans WHERE plan_id = :p AND (CAST(:u AS text) IS NULL OR user_id = :u)"
+        )
         with self.db.tx() as c:
-            row = c.execute(text("SELECT * FROM plans WHERE plan_id = :p"), {"p": plan_id}).first()
+            row = c.execute(text(sql), {"p": plan_id, "u": owner}).first()
             if row is None:
                 return None
             steps = c.execute(
