@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +25,7 @@ from countersign.kernel import (
     loads_strict,
     loads_yaml_strict,
     parse_contract,
+    url_refusal,
 )
 from countersign.kernel.process import alive, port_open, read_pid
 from countersign.n8n import N8nClient, handle_from
@@ -45,6 +46,7 @@ __all__ = [
     "SANDBOX_POLICY",
     "Stack",
     "build_app",
+    "check_base_urls",
     "configured_credentials",
     "load_policy",
     "open_stack",
@@ -79,6 +81,18 @@ def load_policy(path: Path | None) -> Policy:
     return parse_contract(Policy, doc, what=f"policy {path}")
 
 
+def check_base_urls(connector_settings: Mapping[str, str], policy: Policy) -> None:
+    """Every connector setting that is a URL (``*_url``) is http(s) and not link-local or a
+    metadata service unless the policy's ``allow_hosts`` names its host (``kernel.urls``).
+
+    Raises:
+        InputError: names the setting and why; the service does not start.
+    """
+    for name, value in sorted(connector_settings.items()):
+        if name.endswith("_url") and (why := url_refusal(value, allow_hosts=policy.allow_hosts)):
+            raise InputError(f"connector setting {name} ({value[:80]!r}): {why}")
+
+
 @dataclass
 class Stack:
     """The composed service and its user store."""
@@ -103,18 +117,21 @@ def open_stack(
     reads = Reads.open(db.engine.url.render_as_string(hide_password=False).replace("+psycopg", ""))
     audit = AuditLog(clock=clock)
     registry_store = RegistryStore(db, settings.registry_dir, audit, clock)
+    policy = policy or load_policy(settings.policy_file)
+    # the running sandbox's providers by default; settings name real ones
+    connector_settings = {
+        **sandbox_status(settings.home).get("connector_settings", {}),
+        **settings.connector_settings,
+    }
+    check_base_urls(connector_settings, policy)
     service = PlanService(
         reads=reads,
         db=db,
         registry=registry_store.current(),
         keyring=open_keyring(settings, now=clock(), create=True),
-        policy=policy or load_policy(settings.policy_file),
+        policy=policy,
         transport=None,
-        # the running sandbox's providers by default; settings name real ones
-        connector_settings={
-            **sandbox_status(settings.home).get("connector_settings", {}),
-            **settings.connector_settings,
-        },
+        connector_settings=connector_settings,
         clock=clock,
         signer_name=settings.signer_name,
         plan_writer=writer,

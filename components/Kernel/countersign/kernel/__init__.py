@@ -49,6 +49,7 @@ from .models import (
 )
 from .schemas import schema_snapshot
 from .settings import Settings, source_registry_dir
+from .urls import url_refusal
 
 __all__ = [
     "MAX_DEPTH",
@@ -104,4 +105,5 @@ __all__ = [
     "sha256_hex",
     "source_registry_dir",
     "system_clock",
+    "url_refusal",
 ]

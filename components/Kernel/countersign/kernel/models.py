@@ -478,10 +478,14 @@ class Policy(Contract):
     #: is answered with a question instead of a plan (Intake SPEC). Left out of the signed form
     #: while it is the default, so policies that do not change it keep their version.
     intake_threshold: float = Field(default=_DEFAULT_INTAKE_THRESHOLD, ge=0.0, le=1.0)
+    #: hosts a connector base URL may name although they are link-local or a cloud metadata
+    #: service (``kernel.urls``; e.g. a provider really served on 169.254.x.y). Left out of the
+    #: signed form while empty, so policies that do not set it keep their version.
+    allow_hosts: tuple[str, ...] = Field(default=(), max_length=32)
 
     def to_json(self) -> dict[str, Any]:
-        """The signed form (``card_url`` only when set, ``retrieval`` and ``intake_threshold``
-        only when not default)."""
+        """The signed form (``card_url`` only when set, ``retrieval``, ``intake_threshold`` and
+        ``allow_hosts`` only when not default)."""
         out = self.model_dump(mode="json")
         if out.get("card_url") is None:
             out.pop("card_url", None)
@@ -489,6 +493,8 @@ class Policy(Contract):
             out.pop("retrieval", None)
         if self.intake_threshold == _DEFAULT_INTAKE_THRESHOLD:
             out.pop("intake_threshold", None)
+        if not self.allow_hosts:
+            out.pop("allow_hosts", None)
         return out
 
     @cached_property

@@ -13,6 +13,7 @@ it and any change of content does.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from countersign.kernel import (
     content_hash,
     loads_strict,
     loads_yaml_strict,
+    url_refusal,
 )
 
 from .models import Connector, IntentSpec, Operation
@@ -162,11 +164,45 @@ def load_registry(folder: Path) -> Registry:
     return registry_from_documents(*read_documents(folder))
 
 
+#: a URL template's literal scheme and host (``https://h:1/...``); a template may instead start
+#: with a placeholder (a ``{@setting}`` base URL, checked when the service starts)
+_URL_HEAD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//[^/{}?#]*)?")
+
+
+def _url_problem(value: object, *, template: bool) -> str | None:
+    """Why a registry URL constant or template may not be called (``kernel.url_refusal``:
+    http(s) only, never link-local or a metadata service — the registry names no exceptions;
+    a deployment's own base URL goes in a setting, which the policy's ``allow_hosts`` covers)."""
+    if not isinstance(value, str):
+        return None if value is None else f"a URL must be a string, found {value!r:.60}"
+    if template and value.startswith("{"):
+        return None
+    head = _URL_HEAD.match(value)
+    if template and (head is None or "{" in (head.group(2) or "{")):
+        return "a URL template starts with http(s)://<literal host> or a {@setting} base URL"
+    return url_refusal(head.group(0) + "/" if template and head else value)
+
+
+def _check_urls(cid: str, c: Connector, src: str) -> None:
+    for name, op in c.ops.items():
+        for path, spec in op.params.items():
+            if path.rsplit(".", 1)[-1].lower() not in {"url", "baseurl", "base_url"}:
+                continue
+            why = _url_problem(spec.template, template=True) or _url_problem(
+                spec.const, template=False
+            )
+            if why:
+                raise RegistryFileError(
+                    f"{cid}.{name}: URL {why}", file=src, field=f"ops.{name}.params.{path}"
+                )
+
+
 def _cross_check(
     conns: Mapping[str, Connector], ints: Mapping[str, IntentSpec], sources: Mapping[str, str]
 ) -> None:
     for cid, c in conns.items():
         src = sources[cid]
+        _check_urls(cid, c, src)
         if Path(src).stem not in {cid, "_" + cid} and not src.startswith("<"):
             raise RegistryFileError(
                 f"file name must be the connector id ({cid}.yaml)", file=src, field="id"
