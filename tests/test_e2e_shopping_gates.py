@@ -128,7 +128,10 @@ def test_execution_waits_at_gate_b_with_the_cart_in_view_then_purchases(
     assert [(w.step, w.status) for w in first.wrappers] == [(4, "created")]
     cart_line = first.gate_preview["done"]["4"]
     assert cart_line["item"] == "cable-a" and cart_line["cart_total"] == "9.90"
-    assert first.gate_preview["guards"] == [6]
+    assert first.gate_preview["guards"] == [7]
+    # gate-B reviews the cart as the shop holds it (step 5 reads it afresh), not the plan's idea
+    assert first.gate_preview["reads"]["5"]["lines"][0]["item"] == "cable-a"
+    assert first.gate_preview["reads"]["5"]["cart_total"] == "9.90"
     assert [a[:2] for a in shop_sandbox.arrivals if a[0] != "GET"] == [("POST", "/cart")]
 
     async def rest() -> None:
@@ -142,7 +145,7 @@ def test_execution_waits_at_gate_b_with_the_cart_in_view_then_purchases(
             )
         done = await _execute(*env, {"gate-B": _token(db, doc, "gate-B", ["shopping.purchase"])})
         assert done.status == "completed"
-        assert [(w.step, w.status) for w in done.wrappers] == [(6, "created")]
+        assert [(w.step, w.status) for w in done.wrappers] == [(7, "created")]
         with pytest.raises(ExecuteRefusedError):
             await _execute(*env)
 
@@ -201,7 +204,7 @@ def test_a_refused_purchase_undoes_the_cart_and_says_what_changed(
         )
     )
     assert report.status == "failed"
-    assert [(w.step, w.status) for w in report.wrappers] == [(6, "error")]
+    assert [(w.step, w.status) for w in report.wrappers] == [(7, "error")]
     assert report.compensated == [4]
     assert shop_sandbox.cart == {} and shop_sandbox.orders == {}
     writes = [a[:2] for a in shop_sandbox.arrivals if a[0] != "GET"]
@@ -221,7 +224,7 @@ def test_a_cart_over_the_budget_is_refused_before_gate_b(
 
     from countersign.steps import OverBudgetError
 
-    shop_sandbox.cart["line-0"] = {
+    shop_sandbox.carts.setdefault(USER, {})["line-0"] = {
         "id": "line-0",
         "item": "cable-b",
         "quantity": 1,

@@ -542,7 +542,9 @@ class Executor:
             return {}
         # read directly (no n8n execution for a plain HTTP read, in-process for a computation):
         # the same requests and the same normalization as the preview's
-        fresh = await runner.read_fresh(reads)
+        # a read after a write (the cart the shop holds) waits for that write's output
+        done = {n: v for n, v in before.items() if n not in reads}
+        fresh = await runner.read_fresh(reads, outputs=done)
         changes = stale_changes(prints, before, fresh)
         if changes:
             self.recorder.plans.set_status(plan.plan_id, "stale")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from countersign.kernel import content_hash
+from countersign.kernel import ascii_digits, content_hash
 
 __all__ = [
     "ExecutionSource",
@@ -344,7 +344,7 @@ class _pages:  # noqa: N801 - used like a function: ``async for page in _pages(.
 
 def _int_id(execution: Mapping[str, Any]) -> int | None:
     raw = execution.get("id")
-    return int(raw) if isinstance(raw, int | str) and str(raw).isdigit() else None
+    return int(raw) if isinstance(raw, int | str) and ascii_digits(str(raw)) else None
 
 
 def _when(raw: Any) -> datetime | None:

@@ -69,9 +69,11 @@ class PreviewResult:
 
 
 def preview_steps(plan: Plan, registry: Registry) -> list[int]:
-    """The steps a preview may run: read-role steps on previewable read ops, no gates."""
-    out = []
-    for s in plan.graph:
+    """The steps a preview may run: read-role steps on previewable read ops, no gates, and none
+    that waits for a gate or a write (the cart read after the cart write is read when the execute
+    stops at the gate after it, with what that write did in view)."""
+    out: list[int] = []
+    for s in plan.graph:  # topological order: a step's dependencies are decided before it
         op = registry.op(s.uses, s.call, step=s.step)
         if (
             s.role in READ_ROLES
@@ -79,6 +81,7 @@ def preview_steps(plan: Plan, registry: Registry) -> list[int]:
             and op.safety == "read"
             and not op.gate
             and s.gate_id is None
+            and all(d in out for d in s.after)
         ):
             out.append(s.step)
     return out

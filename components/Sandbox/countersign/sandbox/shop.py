@@ -3,12 +3,14 @@
 Labelled sandbox: no real shop can be reached from here. The HTTP contract the connector binds:
 
 - ``GET /search?q=`` → ``{query, offers: [{item, title, price}]}``
-- ``GET /cart`` → ``{lines, total}``
-- ``POST /cart`` ``{item, quantity}`` → the line ``{id, item, quantity, unit_price, cart_total}``
-  (404 for an unknown item)
-- ``DELETE /cart/{line_id}`` → ``{cart_total}``
-- ``POST /checkout`` ``{max_total}`` → the order ``{id, total, lines}``; 409 when the cart total
-  (prices read again at checkout) is over ``max_total``
+- one cart per customer, as a real shop keeps one per account: ``customer`` (a query parameter
+  on reads, a body field on writes; none: the anonymous customer) names it
+- ``GET /cart?customer=`` → ``{customer, lines, total, cart_total}`` at today's prices
+- ``POST /cart`` ``{item, quantity, customer}`` → the line ``{id, item, quantity, unit_price,
+  cart_total}`` (404 for an unknown item)
+- ``DELETE /cart/{line_id}`` → ``{cart_total}`` (line ids are unique across carts)
+- ``POST /checkout`` ``{max_total, customer}`` → the order ``{id, total, lines}`` of that
+  customer's cart; 409 when its total (prices read again at checkout) is over ``max_total``
 - ``POST /orders/{id}/cancel`` → ``{id, cancelled: true}``
 
 Writes honour ``Idempotency-Key``: a replayed key gets the first answer and changes nothing.
@@ -42,7 +44,8 @@ class ShopSandbox:
 
     base_url: str = ""
     prices: dict[str, str] = field(default_factory=_default_prices)
-    cart: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: customer → line id → line
+    carts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     orders: dict[str, dict[str, Any]] = field(default_factory=dict)
     arrivals: list[tuple[str, str, str | None]] = field(default_factory=list)
     #: prices that change the moment a checkout arrives (the world moving under a write)
@@ -50,10 +53,18 @@ class ShopSandbox:
     _by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def total(self) -> str:
-        """The cart total at the current line prices (two decimals)."""
+    _lines: int = 0
+
+    @property
+    def cart(self) -> dict[str, dict[str, Any]]:
+        """Every customer's lines together (line ids are unique): what tests and the page read."""
+        return {k: v for lines in self.carts.values() for k, v in lines.items()}
+
+    def total(self, customer: str | None = None) -> str:
+        """A cart's total at the current line prices (two decimals); all carts without one."""
+        lines = self.cart if customer is None else self.carts.get(customer, {})
         cents = sum(
-            round(float(line["unit_price"]) * 100) * line["quantity"] for line in self.cart.values()
+            round(float(line["unit_price"]) * 100) * line["quantity"] for line in lines.values()
         )
         return f"{cents / 100:.2f}"
 
@@ -87,45 +98,55 @@ class ShopSandbox:
                     for i, p in sorted(self.prices.items())
                 ],
             }
+        who = str(body.get("customer") or query.get("customer") or "anonymous")
         if method == "GET" and path == "/cart":
-            return 200, {"lines": list(self.cart.values()), "total": self.total()}
+            for held in self.carts.get(who, {}).values():
+                held["unit_price"] = self.prices[str(held["item"])]
+            lines = [dict(v) for v in self.carts.get(who, {}).values()]
+            total = self.total(who)
+            return 200, {"customer": who, "lines": lines, "total": total, "cart_total": total}
         if key is not None and key in self._by_key:  # a replay of a request already applied
             return 200, self._by_key[key]
         if method == "POST" and path == "/cart":
             item = str(body.get("item"))
             if item not in self.prices:
                 return 404, {"error": f"no item {item}"}
-            line_id = f"line-{len(self.cart) + len(self.orders) + 1}"
+            self._lines += 1
+            line_id = f"line-{self._lines}"
             line: dict[str, Any] = {
                 "id": line_id,
                 "item": item,
                 "quantity": int(body.get("quantity", 1)),
                 "unit_price": self.prices[item],
             }
-            self.cart[line_id] = line
-            out: dict[str, Any] = {**line, "cart_total": self.total()}
+            self.carts.setdefault(who, {})[line_id] = line
+            out: dict[str, Any] = {**line, "cart_total": self.total(who)}
         elif method == "DELETE" and path.startswith("/cart/"):
-            self.cart.pop(path.rsplit("/", 1)[1], None)
-            out = {"cart_total": self.total()}
+            line_id = path.rsplit("/", 1)[1]
+            owner = next((c for c, lines in self.carts.items() if line_id in lines), who)
+            self.carts.get(owner, {}).pop(line_id, None)
+            out = {"cart_total": self.total(owner)}
         elif method == "POST" and path == "/checkout":
             # prices are read again at checkout: the cart total is what would be charged now
             self.prices.update(self.reprice_at_checkout)
-            for held in self.cart.values():
+            cart = self.carts.setdefault(who, {})
+            for held in cart.values():
                 held["unit_price"] = self.prices[str(held["item"])]
             try:
                 limit = float(str(body.get("max_total")))
             except ValueError:
                 return 422, {"error": "max_total must be a number"}
-            if float(self.total()) > limit:
-                return 409, {"error": "cart total over max_total", "total": self.total()}
+            if float(self.total(who)) > limit:
+                return 409, {"error": "cart total over max_total", "total": self.total(who)}
             order_id = f"order-{len(self.orders) + 1}"
             order: dict[str, Any] = {
                 "id": order_id,
-                "total": self.total(),
-                "lines": [dict(v) for v in self.cart.values()],
+                "customer": who,
+                "total": self.total(who),
+                "lines": [dict(v) for v in cart.values()],
             }
             self.orders[order_id] = order
-            self.cart.clear()
+            cart.clear()
             out = order
         elif method == "POST" and path.startswith("/orders/") and path.endswith("/cancel"):
             oid = path.split("/")[2]

@@ -236,6 +236,16 @@ async function openGate(planId, gateId) {
     const out = Object.entries(s.output).filter(([k]) => !["sandbox", "notice", "status"].includes(k)).map(([k, v]) => `${k}: ${shown(v)}`).join("; ");
     review.append(el("li", {}, `step ${s.step} · ${s.uses}.${s.call} — ${out}`));
   }
+  // what the provider holds now, read afresh after those writes (the whole cart as the shop
+  // reports it): this, not the plan's idea of it, is what the gate approves
+  const wrote = new Set(done.map((s) => s.step));
+  for (const s of shownDoc.steps.filter((x) => x.role === "Fetcher" && x.output && x.step < g.step)) {
+    const after = (doc.plan.graph.find((x) => x.step === s.step) || { after: [] }).after;
+    if (!after.some((a) => wrote.has(a))) continue;
+    const lines = Array.isArray(s.output.lines) ? s.output.lines.map((l) => `${l.item} × ${l.quantity} at ${l.unit_price}`).join(", ") : "";
+    const total = s.output.cart_total || s.output.total;
+    review.append(el("li", {}, `step ${s.step} · ${s.uses}.${s.call} — now: ${lines || shown(s.output)}${total ? `; total ${total}` : ""}`));
+  }
   const guarded = doc.plan.graph.filter((s) => s.after.includes(g.step) || (s.step > g.step && (s.role === "Booker" || s.role === "Notifier")));
   fs.insertBefore(el("div", {}, el("p", {}, "Done so far:"), review,
     el("p", {}, `Approving ${gateId} runs: ${guarded.map((s) => `${s.uses}.${s.call}`).join(", ")}.`)), fs.children[1]);
