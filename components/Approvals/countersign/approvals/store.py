@@ -514,6 +514,23 @@ class Approvals:
             )
         raise refusal
 
+    def offered_choice(self, token: str) -> tuple[bool, Any]:
+        """``(found, choice)``: the choice stored with ``token`` if it is known and unspent, so a
+        caller can check the choice before spending the token (a refused choice then leaves the
+        token and the gate's decision as they were). Nothing is audited: ``redeem`` refuses and
+        audits whatever is wrong with the token itself."""
+        if not isinstance(token, str) or not 8 <= len(token) <= 200:
+            return False, None
+        with self.db.tx() as c:
+            row = c.execute(
+                text(
+                    "SELECT choice FROM approval_tokens WHERE token_hash = :h "
+                    "AND consumed_at IS NULL"
+                ),
+                {"h": token_hash(token)},
+            ).first()
+        return (False, None) if row is None else (True, row.choice)
+
     def decision(self, plan_id: str, gate_id: str) -> GateDecision | None:
         """The recorded decision at a gate, if any."""
         with self.db.tx() as c:

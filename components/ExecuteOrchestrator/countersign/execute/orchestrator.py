@@ -228,8 +228,9 @@ class Executor:
         row = store.get(plan.plan_id)
         progress = _progress(row)
         self._gates_in_view(plan, tokens or {}, progress, user_id)
-        fresh = self._prove_gates(verified, specs, user_id, tokens or {})
         preview_out, prints = store.preview_in(row)
+        self._choices_before_spending(plan, tokens or {}, preview_out, progress, user_id)
+        fresh = self._prove_gates(verified, specs, user_id, tokens or {})
         reads = sorted({r for w in specs for r in w.reads})
         if reads and not prints:
             raise ExecuteRefusedError(
@@ -630,6 +631,25 @@ class Executor:
             return None
         self.recorder.plans.set_status(plan.plan_id, "failed")
         return ExecuteReport(plan.plan_id, "failed", compensated=sorted(undone))
+
+    def _choices_before_spending(
+        self,
+        plan: Plan,
+        tokens: Mapping[str, str],
+        preview_out: Mapping[int, Any],
+        progress: Mapping[int, tuple[str, Any]],
+        user_id: str,
+    ) -> None:
+        """Each token's choice is checked against what was offered before any token is spent, so
+        a refused choice leaves every token and every gate's decision as it was."""
+        seen = {
+            **preview_out,
+            **{n: out for n, (st, out) in progress.items() if st == "done" and out is not None},
+        }
+        for g in sorted(tokens):
+            found, choice = self.approvals.offered_choice(tokens[g])
+            if found:
+                self._checked_choice(plan, g, seen, choice, user_id, now=None)
 
     def _gates_in_view(
         self,
