@@ -110,9 +110,14 @@ function card(doc, preview, changes) {
   docs[plan.plan_id] = doc;
   // a durable plan (a watcher) starts first; its gate opens when the watcher finds something
   const durable = plan.graph.some((s) => s.mode === "durable");
-  if (durable) box.append(starter(doc));
-  const startGate = durable ? startGateOf(plan) : null;
-  plan.graph.filter((s) => s.gate_id && s.gate_id !== startGate).forEach((g, i) => box.append(i === 0 && !durable ? gate(doc, g, reads) : later(doc, g)));
+  if (ENDED.includes(doc.status)) {
+    // an ended plan (completed, cancelled from here or from the Temporal UI, …) offers nothing
+    box.append(el("p", { class: "meta ended" }, `This plan is ${doc.status}: there is nothing left to start or approve.`));
+  } else {
+    if (durable) box.append(starter(doc));
+    const startGate = durable ? startGateOf(plan) : null;
+    plan.graph.filter((s) => s.gate_id && s.gate_id !== startGate).forEach((g, i) => box.append(i === 0 && !durable ? gate(doc, g, reads) : later(doc, g)));
+  }
   const status = el("p", { class: "meta", role: "status", "aria-live": "polite", id: `status-${plan.plan_id}` });
   box.append(status);
   const stop = el("button", { type: "button", class: "cancel", onclick: async () => {
@@ -127,6 +132,19 @@ function card(doc, preview, changes) {
   box.append(el("p", {}, stop));
   if (doc.workflow_id) box.append(temporalLink(doc.workflow_id));
   return box;
+}
+
+// plan statuses after which nothing is decided any more (the API folds them from the event log)
+const ENDED = ["completed", "failed", "cancelled", "rejected", "expired", "refused"];
+
+function closeCard(planId) {
+  // the plan ended: its gates and its "Start watching" offer nothing any more
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  if (!box) return;
+  for (const fs of box.querySelectorAll("fieldset[data-gate], fieldset.starter")) {
+    fs.disabled = true;
+    fs.setAttribute("aria-disabled", "true");
+  }
 }
 
 function when(start, end) {
@@ -414,6 +432,7 @@ function follow(planId) {
     if (ev.type === "execute_finished" || ev.type === "durable_finished") {
       loadPlans();
       if (e.status === "waiting") { note(planId, "waiting for your next decision"); return; }
+      closeCard(planId);
       note(planId, `finished: ${e.status}`);
       showDone(planId).catch(() => {});
     }
