@@ -32,7 +32,7 @@ def test_write_specs_meeting(registry: Registry) -> None:
 
 def test_write_specs_shopping_two_gates(registry: Registry) -> None:
     specs = write_specs(_plan(registry, "purchase_item"), registry)
-    assert [(w.step, w.gate_id) for w in specs] == [(4, "gate-A"), (6, "gate-B")]
+    assert [(w.step, w.gate_id) for w in specs] == [(4, "gate-A"), (7, "gate-B")]
 
 
 def test_idempotency_key_shape_and_arg_sensitivity() -> None:
@@ -54,7 +54,7 @@ def test_stale_changes_names_changed_reads() -> None:
 
 def test_compensations_reverse_order_with_args(registry: Registry) -> None:
     plan = _plan(registry, "purchase_item")
-    add, buy = plan.step(4), plan.step(6)
+    add, buy = plan.step(4), plan.step(7)  # 5 reads the cart, 6 is gate-B
     done: list[tuple[Any, dict[str, Any], Any]] = [
         (add, {"item": {"sku": "A"}, "quantity": 2}, {"id": "line-7"}),
         (buy, {"max_total": "15.00"}, {"id": "order-9"}),

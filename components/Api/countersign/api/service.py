@@ -487,19 +487,7 @@ class PlanService:
         pending = [w for w in writes_before_gate(plan, self.registry, gate_id) if w not in done]
         if not pending:
             return
-        with self.db.tx() as c:
-            self.audit.append(
-                c,
-                {
-                    "kind": "approval_refused",
-                    "status": "refused",
-                    "actor": user_id,
-                    "plan_id": plan.plan_id,
-                    "op": gate_id,
-                    "reason": "gate_not_in_view",
-                    "details": {"pending_writes": pending},
-                },
-            )
+        self._approval_refused(plan, gate_id, user_id, "gate_not_in_view", pending_writes=pending)
         raise ExecuteRefusedError(
             f"plan {plan.plan_id}: {gate_id} guards what follows steps {pending}, which have not "
             "run yet; approve and execute the earlier gate first, then this one with its review "
@@ -523,20 +511,26 @@ class PlanService:
         try:
             return check_choice(offer, choice, now=self.clock())
         except ChoiceError as e:
-            with self.db.tx() as c:
-                self.audit.append(
-                    c,
-                    {
-                        "kind": "approval_refused",
-                        "status": "refused",
-                        "actor": user_id,
-                        "plan_id": plan.plan_id,
-                        "op": gate_id,
-                        "reason": e.code,
-                        "details": {"field": e.field},
-                    },
-                )
+            self._approval_refused(plan, gate_id, user_id, e.code, field=e.field)
             raise
+
+    def _approval_refused(
+        self, plan: Plan, gate_id: str, user_id: str, reason: str, **details: Any
+    ) -> None:
+        """Audit an approve call refused before a token was issued."""
+        with self.db.tx() as c:
+            self.audit.append(
+                c,
+                {
+                    "kind": "approval_refused",
+                    "status": "refused",
+                    "actor": user_id,
+                    "plan_id": plan.plan_id,
+                    "op": gate_id,
+                    "reason": reason,
+                    "details": details,
+                },
+            )
 
     def _within_budget(
         self, plan: Plan, gate_id: str, user_id: str, row: Mapping[str, Any] | None

@@ -13,6 +13,7 @@ from typing import Any
 
 from countersign.kernel import CountersignError, Plan, content_hash
 from countersign.registry import Registry
+from countersign.steps import ancestors
 
 __all__ = [
     "Change",
@@ -80,18 +81,6 @@ class WriteSpec:
     step: int
     gate_id: str
     reads: tuple[int, ...]
-
-
-def ancestors(plan: Plan, n: int) -> set[int]:
-    """Every step ``n`` depends on, directly or not."""
-    out: set[int] = set()
-    stack = list(plan.step(n).after)
-    while stack:
-        d = stack.pop()
-        if d not in out:
-            out.add(d)
-            stack.extend(plan.step(d).after)
-    return out
 
 
 def write_specs(plan: Plan, registry: Registry) -> list[WriteSpec]:

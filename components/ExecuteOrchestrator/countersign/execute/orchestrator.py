@@ -132,6 +132,18 @@ class Executor:
         with self.db.tx() as c:
             self.audit.append(c, entry)
 
+    def _refused(self, plan: Plan, user_id: str, gate: str, reason: str, **details: Any) -> None:
+        """Audit an execute refused at ``gate`` before anything of it ran."""
+        self._audit(
+            kind="execute_refused",
+            status="refused",
+            actor=user_id,
+            plan_id=plan.plan_id,
+            op=gate,
+            reason=reason,
+            details=details,
+        )
+
     def _verified_for(self, document: Any, user_id: str) -> VerifiedPlan:
         """Signature, registry version and TTL (audited refusals), then the plan's owner."""
         verified = verify_or_audit(
@@ -575,15 +587,7 @@ class Executor:
         try:
             return check_choice(gate_offer(plan, self.registry, gate, seen), choice, now=now)
         except ChoiceError as e:
-            self._audit(
-                kind="execute_refused",
-                status="refused",
-                actor=user_id,
-                plan_id=plan.plan_id,
-                op=gate,
-                reason=e.code,
-                details={"field": e.field},
-            )
+            self._refused(plan, user_id, gate, e.code, field=e.field)
             raise
 
     async def _undo_if_redecided(
@@ -669,15 +673,7 @@ class Executor:
             ]
             if not pending:
                 continue
-            self._audit(
-                kind="execute_refused",
-                status="refused",
-                actor=user_id,
-                plan_id=plan.plan_id,
-                op=g,
-                reason="gate_not_in_view",
-                details={"pending_writes": pending},
-            )
+            self._refused(plan, user_id, g, "gate_not_in_view", pending_writes=pending)
             raise ExecuteRefusedError(
                 f"plan {plan.plan_id}: {g} guards what steps {pending} write, and they have not "
                 f"run yet; execute the earlier gate first, then approve {g} with its review in view"

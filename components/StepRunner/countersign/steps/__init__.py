@@ -6,7 +6,7 @@ edits, ``RegistryStore``: the API edits it, the durable worker follows it)."""
 
 from .adapters import N8nTransport, StoreRecorder
 from .budget import OverBudgetError, check_budget
-from .choices import ChoiceError, GateOffer, check_choice, gate_offer, offered_choices
+from .choices import ChoiceError, GateOffer, ancestors, check_choice, gate_offer, offered_choices
 from .compensation import compensation_steps
 from .registry_store import Kind as RegistryKind
 from .registry_store import RegistryStore
@@ -56,6 +56,7 @@ __all__ = [
     "WriteDone",
     "WriteFailedError",
     "WriteProtocol",
+    "ancestors",
     "check_budget",
     "check_choice",
     "check_current",

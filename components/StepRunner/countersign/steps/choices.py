@@ -29,7 +29,14 @@ from typing import Any
 from countersign.kernel import InputError, Plan, content_hash, format_utc
 from countersign.registry import Offers, Registry
 
-__all__ = ["ChoiceError", "GateOffer", "check_choice", "gate_offer", "offered_choices"]
+__all__ = [
+    "ChoiceError",
+    "GateOffer",
+    "ancestors",
+    "check_choice",
+    "gate_offer",
+    "offered_choices",
+]
 
 _ISO = re.compile(
     r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})", re.ASCII
@@ -93,7 +100,8 @@ def _fields(plan: Plan, gate_id: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _ancestors(plan: Plan, n: int) -> set[int]:
+def ancestors(plan: Plan, n: int) -> set[int]:
+    """Every step ``n`` depends on, directly or not."""
     out: set[int] = set()
     stack = list(plan.step(n).after)
     while stack:
@@ -179,7 +187,7 @@ def gate_offer(
     fields = _fields(plan, gate_id)
     offering = [
         a
-        for a in sorted(_ancestors(plan, gate_step))
+        for a in sorted(ancestors(plan, gate_step))
         if plan.step(a).gate_id is None
         and registry.op(plan.step(a).uses, plan.step(a).call).offers is not None
     ]
