@@ -325,7 +325,9 @@ def test_shopping_over_the_budget_is_refused_before_gate_b(stack: Stack) -> None
     orders_before = len(stack.sandbox("shop")["orders"])
     receipts_before = len([m for m in stack.mails(ALICE) if m["subject"] == "Your order"])
     assert stack.sandbox("shop")["cart"] == []
-    there = httpx.post(f"{shop}/cart", json={"item": "cable-c", "quantity": 1}, timeout=10)
+    there = httpx.post(
+        f"{shop}/cart", json={"item": "cable-c", "quantity": 1, "customer": ALICE}, timeout=10
+    )
     assert there.status_code == 200, there.text
     try:
         with stack.client() as alice:

@@ -560,6 +560,17 @@ class Executor:
         fresh = await runner.read_fresh(reads, outputs=done)
         changes = stale_changes(prints, before, fresh)
         if changes:
+            # a read after a gate (the cart the shop holds) is not run again by a preview: what
+            # it says now is shown in the refusal and becomes what the next approval is held to
+            later = {
+                n: fresh[n]
+                for n in reads
+                if n in fresh and any(plan.step(a).gate_id for a in ancestors(plan, n))
+            }
+            if later:
+                self.recorder.plans.save_preview(
+                    plan.plan_id, later, {n: fingerprint(o) for n, o in later.items()}
+                )
             self.recorder.plans.set_status(plan.plan_id, "stale")
             self._audit(
                 kind="execute_refused",
