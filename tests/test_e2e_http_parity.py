@@ -97,6 +97,7 @@ def _args(names: list[str], text: str, url: str) -> dict[str, Any]:
         "quantity": 2,
         "line_id": "l-1",
         "order_id": "o-1",
+        "customer": text,
         "max_total": 80,
         "consulate": "lisbon",
         "date_from": "2027-03-01T00:00:00Z",

@@ -104,6 +104,9 @@ def server() -> Iterator[RecordingServer]:
 def _signed(registry: Registry, keyring: KeyRing, intent: str) -> dict[str, Any]:
     now = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     i = make_intent(intent, intent_id=f"01JDQ3Z00000000000000{next(_ids):05d}", received_at=now)
+    if "window_start" in i.entities:  # a window still to come (one in the past is not planned)
+        later = {"window_start": "2037-11-23T13:00:00Z", "window_end": "2037-11-23T18:00:00Z"}
+        i = i.model_copy(update={"entities": {**i.entities, **later}})
     plan = make_plan(i, [], registry, LOCAL)
     assert isinstance(plan, Plan)
     pid, key = keyring.active()

@@ -184,7 +184,7 @@ def test_meeting_over_http_preview_approve_execute_once(api: Api) -> None:
             7: "succeeded",
             8: "succeeded",
         }
-        assert shown["gates"][0]["status"] == "approved"
+        assert shown["gates"][0]["status"] == "passed"  # approved, then its writes ran
         # PlanWriter recorded the finished plan: library counts and history, once (issue 15.5)
         entry = api.service.executor.plan_writer.library.get(plan_id)  # type: ignore[union-attr]
         # the gate's step and the four writes are done; the reads stay 'previewed'

@@ -65,8 +65,10 @@ def test_shopping_has_two_gates(registry: Registry) -> None:
         (2, "system.analyze.rank_offers", [1], None),
         (3, "system.approval.confirm", [2], "gate-A"),
         (4, "shop.sandbox.add_to_cart", [3], None),
-        (5, "system.approval.confirm", [4], "gate-B"),
-        (6, "shop.sandbox.purchase", [5], None),
+        # the cart as the shop holds it after gate-A's write: what gate-B reviews
+        (5, "shop.sandbox.view_cart", [4], None),
+        (6, "system.approval.confirm", [5], "gate-B"),
+        (7, "shop.sandbox.purchase", [6], None),
     ]
     assert plan.constraints.scopes == ["shopping.cart", "shopping.purchase"]
 
@@ -76,7 +78,7 @@ def test_optional_notification_joins_the_purchase_gate(registry: Registry) -> No
     doc["entities"]["notify_to"] = "me@example.com"
     plan = make_plan(make_intent("purchase_item", entities=doc["entities"]), [], registry, Policy())
     assert isinstance(plan, Plan)
-    assert _ops(plan)[-1] == (7, "gmail.send", [6], None)
+    assert _ops(plan)[-1] == (8, "gmail.send", [7], None)
 
 
 def test_visa_watcher_is_durable(registry: Registry) -> None:

@@ -58,7 +58,9 @@ def render_data(
             if b.fn == "ics_event":
                 out[path] = ics_event(**{k: str(v) for k, v in values.items()})
             elif b.fn == "json_body":
-                body = values["value"] if set(values) == {"value"} else values
+                # an optional arg the step does not give is left out, not sent as null
+                given = {k: v for k, v in values.items() if b.fn_args[k] in args}
+                body = given["value"] if set(given) == {"value"} else given
                 out[path] = json.dumps(body, ensure_ascii=False, sort_keys=True)
             else:
                 raise BindingError(f"{where}: unknown formatter {b.fn!r}")

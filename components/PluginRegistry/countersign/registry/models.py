@@ -243,8 +243,6 @@ class Operation(Contract):
             if self.budget.arg not in accepted:
                 raise ValueError(f"budget.arg reads undeclared arg {self.budget.arg!r}")
         if self.offers is not None:
-            if self.safety != "read":
-                raise ValueError("only read ops offer choices")
             if self.offers.arg_names() - accepted:
                 raise ValueError(
                     f"offers reads undeclared arg(s) {sorted(self.offers.arg_names() - accepted)}"
