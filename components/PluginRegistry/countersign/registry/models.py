@@ -242,11 +242,10 @@ class Operation(Contract):
                 raise ValueError("only write ops have a budget")
             if self.budget.arg not in accepted:
                 raise ValueError(f"budget.arg reads undeclared arg {self.budget.arg!r}")
-        if self.offers is not None:
-            if self.offers.arg_names() - accepted:
-                raise ValueError(
-                    f"offers reads undeclared arg(s) {sorted(self.offers.arg_names() - accepted)}"
-                )
+        if self.offers is not None and self.offers.arg_names() - accepted:
+            raise ValueError(
+                f"offers reads undeclared arg(s) {sorted(self.offers.arg_names() - accepted)}"
+            )
         if self.lock is not None:
             missing = {n for s, n in template_fields(self.lock) if not s} - accepted
             if missing:
