@@ -142,7 +142,7 @@ def test_choices_outside_the_offer_are_refused_at_approve_and_at_execute(
             assert r.json()["code"] == "choice_invalid", (why, r.text)
             # checked before anything was spent: the token is unspent, the gate undecided
             approvals = Approvals(api.db, clock=system_clock)
-            assert approvals.offered_choice(token)[0], why
+            assert approvals.offered_choice(token, plan_id=plan_id, gate_id="gate-A")[0], why
             assert approvals.decision(plan_id, "gate-A") is None, why
         assert _written(api) == before, "nothing was written for any refused choice"
         with api.db.tx() as conn:

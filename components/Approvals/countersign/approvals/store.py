@@ -514,20 +514,21 @@ class Approvals:
             )
         raise refusal
 
-    def offered_choice(self, token: str) -> tuple[bool, Any]:
-        """``(found, choice)``: the choice stored with ``token`` if it is known and unspent, so a
-        caller can check the choice before spending the token (a refused choice then leaves the
-        token and the gate's decision as they were). Nothing is audited: ``redeem`` refuses and
-        audits whatever is wrong with the token itself."""
+    def offered_choice(self, token: str, *, plan_id: str, gate_id: str) -> tuple[bool, Any]:
+        """``(found, choice)``: the choice stored with ``token`` if it is an unspent token for
+        this plan's gate, so a caller can check the choice before spending the token (a refused
+        choice then leaves the token and the gate's decision as they were). Nothing is audited:
+        ``redeem`` refuses and audits whatever is wrong with the token itself (another gate,
+        another plan, spent, unknown)."""
         if not isinstance(token, str) or not 8 <= len(token) <= 200:
             return False, None
         with self.db.tx() as c:
             row = c.execute(
                 text(
                     "SELECT choice FROM approval_tokens WHERE token_hash = :h "
-                    "AND consumed_at IS NULL"
+                    "AND consumed_at IS NULL AND plan_id = :p AND gate_id = :g"
                 ),
-                {"h": token_hash(token)},
+                {"h": token_hash(token), "p": plan_id, "g": gate_id},
             ).first()
         return (False, None) if row is None else (True, row.choice)
 

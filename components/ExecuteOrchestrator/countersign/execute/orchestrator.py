@@ -662,7 +662,9 @@ class Executor:
             **{n: out for n, (st, out) in progress.items() if st == "done" and out is not None},
         }
         for g in sorted(tokens):
-            found, choice = self.approvals.offered_choice(tokens[g])
+            found, choice = self.approvals.offered_choice(
+                tokens[g], plan_id=plan.plan_id, gate_id=g
+            )
             if found:
                 self._checked_choice(plan, g, seen, choice, user_id, now=None)
 
