@@ -356,19 +356,24 @@ def _minutes(d: timedelta) -> str:
 
 def offered_choices(offer: GateOffer, *, now: datetime, per_range: int = 8) -> list[dict[str, Any]]:
     """The choices to show a person (each one ``check_choice`` accepts at ``now``): every
-    offered option; for ranges, slots of the signed length stepped through each free stretch
-    (every 15 minutes for meetings up to an hour, else every 30), up to ``per_range`` each."""
+    offered option; for ranges, up to ``per_range`` slots of the signed length spread over each
+    free stretch from its start (or from now), on steps of a quarter hour (at least 15 minutes,
+    30 past an hour-long meeting, wider when the stretch is long), so a free afternoon offers
+    its whole afternoon, not its first two hours."""
     if not offer.takes_choice or offer.spec is None:
         return []
     if offer.spec.kind == "option":
         return [{"value": o} for o in offer.options]
     if offer.duration is None:
         return []
-    step = timedelta(minutes=15 if offer.duration <= timedelta(hours=1) else 30)
+    least = timedelta(minutes=15 if offer.duration <= timedelta(hours=1) else 30)
     lo, hi = offer.window or (datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC))
     out: list[dict[str, Any]] = []
     for s, e in offer.options:
         t, n = max(s, lo), 0
+        room = min(e, hi) - max(t, now) - offer.duration
+        quarters = -(-room // (timedelta(minutes=15) * max(per_range - 1, 1)))  # ceiling
+        step = max(least, timedelta(minutes=15) * max(quarters, 1))
         while t + offer.duration <= min(e, hi) and n < per_range:
             if t >= now:
                 out.append(
