@@ -207,23 +207,7 @@ class Executor:
         specs = write_specs(plan, self.registry)
         durable = [w.step for w in specs if plan.step(w.step).mode != "interactive"]
         if durable:
-            if tokens:  # gates approved when the run starts (a watcher's hold): spent here
-                order = _gate_order(plan, specs)
-                # a watcher's last gate decides what it found, on the running workflow
-                at_start = order[:-1] if any(s.role == "Watcher" for s in plan.graph) else []
-                unknown = sorted(set(tokens) - set(at_start))
-                if unknown:
-                    raise ExecuteRefusedError(
-                        f"plan {plan.plan_id}: {', '.join(unknown)} is not approved when the run "
-                        f"starts (gates approved at start: {at_start or 'none'}); the running "
-                        "workflow takes its decision"
-                    )
-                fresh = self._prove_gates(verified, specs, user_id, tokens)
-                for g, choice in fresh.items():
-                    self.recorder.plans.set_step(
-                        plan.plan_id, _gate_step(plan, g), "done", output={"choice": choice}
-                    )
-            return await self._hand_off(verified, document, durable, user_id)
+            return await self._start_durable(verified, document, specs, durable, user_id, tokens)
         if self.transport is None:
             raise ExecuteRefusedError(
                 f"plan {plan.plan_id}: no n8n transport configured for interactive steps"
@@ -243,15 +227,78 @@ class Executor:
         preview_out, prints = store.preview_in(row)
         self._choices_before_spending(plan, tokens or {}, preview_out, progress, user_id)
         fresh = self._prove_gates(verified, specs, user_id, tokens or {})
-        reads = sorted({r for w in specs for r in w.reads})
-        if reads and not prints:
+        if any(w.reads for w in specs) and not prints:
             raise ExecuteRefusedError(
                 f"plan {plan.plan_id} has not been previewed; preview it first"
             )
-        # Writes resolve their references from what the person saw at preview time, so the
-        # idempotency key of a write never changes between a first execute and a resumed one;
-        # writes done by an earlier execute (an earlier gate) add their outputs.
-        outputs: dict[int, Any] = {n: preview_out[n] for n in preview_out}
+        run = self._run_of(verified, specs, gates, preview_out, progress, user_id)
+        for g in gates:
+            g_specs = [w for w in specs if w.gate_id == g]
+            if g not in fresh:
+                if all(progress.get(w.step, ("pending",))[0] == "done" for w in g_specs):
+                    continue  # approved and written by an earlier execute
+                if not run.done and not any(
+                    progress.get(w.step, ("pending",))[0] == "done" for w in specs
+                ):
+                    self._refused(plan, user_id, g, "no approval token for the gate")
+                    raise ExecuteRefusedError(f"plan {plan.plan_id}: {g} needs an approval token")
+                return await self._wait_at(run, g, g_specs, prints)
+            ended = await self._pass_gate(run, g, g_specs, fresh[g], progress, prints)
+            if ended is not None:
+                return ended
+        if not fresh:  # every write was done before, and nothing was approved now
+            self._refused(plan, user_id, gates[0], "no approval token for the gate")
+            raise ExecuteRefusedError(f"plan {plan.plan_id}: {gates[0]} needs an approval token")
+        store.set_status(plan.plan_id, "completed")
+        return ExecuteReport(
+            plan.plan_id, "completed", [run.wrappers[k] for k in sorted(run.wrappers)]
+        )
+
+    async def _start_durable(
+        self,
+        verified: VerifiedPlan,
+        document: Any,
+        specs: list[WriteSpec],
+        durable: list[int],
+        user_id: str,
+        tokens: Mapping[str, str] | None,
+    ) -> ExecuteReport:
+        """Hand a plan with durable writes to Temporal; a gate approved when the run starts (a
+        watcher's hold) has its token spent here, any other gate is decided on the workflow."""
+        plan = verified.plan
+        if tokens:
+            order = _gate_order(plan, specs)
+            # a watcher's last gate decides what it found, on the running workflow
+            at_start = order[:-1] if any(s.role == "Watcher" for s in plan.graph) else []
+            unknown = sorted(set(tokens) - set(at_start))
+            if unknown:
+                raise ExecuteRefusedError(
+                    f"plan {plan.plan_id}: {', '.join(unknown)} is not approved when the run "
+                    f"starts (gates approved at start: {at_start or 'none'}); the running "
+                    "workflow takes its decision"
+                )
+            fresh = self._prove_gates(verified, specs, user_id, tokens)
+            for g, choice in fresh.items():
+                self.recorder.plans.set_step(
+                    plan.plan_id, _gate_step(plan, g), "done", output={"choice": choice}
+                )
+        return await self._hand_off(verified, document, durable, user_id)
+
+    def _run_of(
+        self,
+        verified: VerifiedPlan,
+        specs: list[WriteSpec],
+        gates: list[str],
+        preview_out: Mapping[int, Any],
+        progress: Mapping[int, tuple[str, Any]],
+        user_id: str,
+    ) -> _Run:
+        """This execute's state. Writes resolve their references from what the person saw at
+        preview time, so a write's idempotency key never changes between a first execute and a
+        resumed one; writes done by an earlier execute (an earlier gate) add their outputs, and
+        gates passed before add their choices."""
+        plan = verified.plan
+        outputs: dict[int, Any] = dict(preview_out)
         choices: dict[str, Any] = {}
         for g in gates:
             status, out = progress.get(_gate_step(plan, g), ("pending", None))
@@ -261,6 +308,8 @@ class Executor:
             status, out = progress.get(w.step, ("pending", None))
             if status == "done":
                 outputs[w.step] = out
+        if self.transport is None:  # pragma: no cover - the caller refused it already
+            raise ExecuteRefusedError(f"plan {plan.plan_id}: no n8n transport configured")
         runner = N8nStepRunner(
             plan=plan,
             plan_hash=verified.plan_hash,
@@ -270,69 +319,53 @@ class Executor:
             credentials=self.credentials,
             choices=choices,  # filled in as gates are passed
         )
-        run = _Run(verified, runner, outputs, choices, user_id)
-        for g in gates:
-            g_specs = [w for w in specs if w.gate_id == g]
-            all_done = all(progress.get(w.step, ("pending",))[0] == "done" for w in g_specs)
-            if g not in fresh:
-                if all_done:
-                    continue  # approved and written by an earlier execute
-                if not run.done and not any(
-                    progress.get(w.step, ("pending",))[0] == "done" for w in specs
-                ):
-                    self._audit(
-                        kind="execute_refused",
-                        status="refused",
-                        actor=user_id,
-                        plan_id=plan.plan_id,
-                        op=g,
-                        reason="no approval token for the gate",
-                    )
-                    raise ExecuteRefusedError(f"plan {plan.plan_id}: {g} needs an approval token")
-                return await self._wait_at(run, g, g_specs, prints)
-            try:  # the budget again, with what the writes before this gate reported
-                check_budget(plan, self.registry, g, outputs)
-            except OverBudgetError as e:
-                self._audit(
-                    kind="execute_refused",
-                    status="refused",
-                    actor=user_id,
-                    plan_id=plan.plan_id,
-                    step=e.step,
-                    op=g,
-                    reason=e.code,
-                    details={"limit": e.limit, "total": e.total},
-                )
-                raise
-            choices[g] = self._checked_choice(plan, g, outputs, fresh[g], user_id, now=None)
-            undo = await self._undo_if_redecided(run, g, g_specs, progress)
-            if undo is not None:
-                return undo
-            g_reads = sorted({r for w in g_specs for r in w.reads})
-            resumed = any(self._started(plan, plan.step(w.step), outputs, choices) for w in g_specs)
-            if not resumed:  # the choice again, against the fresh reads and the clock
-                seen = await self._check_stale(plan, runner, g_reads, prints, outputs, user_id)
-                choices[g] = self._checked_choice(
-                    plan, g, {**outputs, **seen}, fresh[g], user_id, now=self.clock()
-                )
-            store.set_step(plan.plan_id, _gate_step(plan, g), "done", output={"choice": choices[g]})
-            failed = await self._run_writes(run, g_specs, progress, prints)
-            if failed is not None:
-                return failed
-        if not fresh:  # every write was done before, and nothing was approved now
+        return _Run(verified, runner, outputs, choices, user_id)
+
+    async def _pass_gate(
+        self,
+        run: _Run,
+        gate: str,
+        g_specs: list[WriteSpec],
+        choice: Any,
+        progress: dict[int, tuple[str, Any]],
+        prints: Mapping[int, str],
+    ) -> ExecuteReport | None:
+        """Run one approved gate's writes: the budget again with what earlier writes reported,
+        the choice against what was offered (stored, then fresh and the clock), earlier writes
+        of a gate decided again undone, the staleness check, then the writes. A report when the
+        execute ends here (failed); None when the writes completed."""
+        plan, user_id = run.verified.plan, run.user_id
+        try:
+            check_budget(plan, self.registry, gate, run.outputs)
+        except OverBudgetError as e:
             self._audit(
                 kind="execute_refused",
                 status="refused",
                 actor=user_id,
                 plan_id=plan.plan_id,
-                op=gates[0],
-                reason="no approval token for the gate",
+                step=e.step,
+                op=gate,
+                reason=e.code,
+                details={"limit": e.limit, "total": e.total},
             )
-            raise ExecuteRefusedError(f"plan {plan.plan_id}: {gates[0]} needs an approval token")
-        store.set_status(plan.plan_id, "completed")
-        return ExecuteReport(
-            plan.plan_id, "completed", [run.wrappers[k] for k in sorted(run.wrappers)]
+            raise
+        run.choices[gate] = self._checked_choice(plan, gate, run.outputs, choice, user_id, now=None)
+        undo = await self._undo_if_redecided(run, gate, g_specs, progress)
+        if undo is not None:
+            return undo
+        resumed = any(
+            self._started(plan, plan.step(w.step), run.outputs, run.choices) for w in g_specs
         )
+        if not resumed:  # the choice again, against the fresh reads and the clock
+            g_reads = sorted({r for w in g_specs for r in w.reads})
+            seen = await self._check_stale(plan, run.runner, g_reads, prints, run.outputs, user_id)
+            run.choices[gate] = self._checked_choice(
+                plan, gate, {**run.outputs, **seen}, choice, user_id, now=self.clock()
+            )
+        self.recorder.plans.set_step(
+            plan.plan_id, _gate_step(plan, gate), "done", output={"choice": run.choices[gate]}
+        )
+        return await self._run_writes(run, g_specs, progress, prints)
 
     async def _hand_off(
         self, verified: VerifiedPlan, document: Any, durable: list[int], user_id: str

@@ -100,65 +100,80 @@ class ShopSandbox:
             }
         who = str(body.get("customer") or query.get("customer") or "anonymous")
         if method == "GET" and path == "/cart":
-            for held in self.carts.get(who, {}).values():
-                held["unit_price"] = self.prices[str(held["item"])]
-            lines = [dict(v) for v in self.carts.get(who, {}).values()]
-            total = self.total(who)
-            return 200, {"customer": who, "lines": lines, "total": total, "cart_total": total}
+            return 200, self._cart(who)
         if key is not None and key in self._by_key:  # a replay of a request already applied
             return 200, self._by_key[key]
         if method == "POST" and path == "/cart":
-            item = str(body.get("item"))
-            if item not in self.prices:
-                return 404, {"error": f"no item {item}"}
-            self._lines += 1
-            line_id = f"line-{self._lines}"
-            line: dict[str, Any] = {
-                "id": line_id,
-                "item": item,
-                "quantity": int(body.get("quantity", 1)),
-                "unit_price": self.prices[item],
-            }
-            self.carts.setdefault(who, {})[line_id] = line
-            out: dict[str, Any] = {**line, "cart_total": self.total(who)}
+            status, out = self._add(who, body)
         elif method == "DELETE" and path.startswith("/cart/"):
-            line_id = path.rsplit("/", 1)[1]
-            owner = next((c for c, lines in self.carts.items() if line_id in lines), who)
-            self.carts.get(owner, {}).pop(line_id, None)
-            out = {"cart_total": self.total(owner)}
+            status, out = self._remove(who, path.rsplit("/", 1)[1])
         elif method == "POST" and path == "/checkout":
-            # prices are read again at checkout: the cart total is what would be charged now
-            self.prices.update(self.reprice_at_checkout)
-            cart = self.carts.setdefault(who, {})
-            for held in cart.values():
-                held["unit_price"] = self.prices[str(held["item"])]
-            try:
-                limit = float(str(body.get("max_total")))
-            except ValueError:
-                return 422, {"error": "max_total must be a number"}
-            if float(self.total(who)) > limit:
-                return 409, {"error": "cart total over max_total", "total": self.total(who)}
-            order_id = f"order-{len(self.orders) + 1}"
-            order: dict[str, Any] = {
-                "id": order_id,
-                "customer": who,
-                "total": self.total(who),
-                "lines": [dict(v) for v in cart.values()],
-            }
-            self.orders[order_id] = order
-            cart.clear()
-            out = order
+            status, out = self._checkout(who, body)
         elif method == "POST" and path.startswith("/orders/") and path.endswith("/cancel"):
-            oid = path.split("/")[2]
-            if oid not in self.orders:
-                return 404, {"error": f"no order {oid}"}
-            self.orders[oid]["cancelled"] = True
-            out = {"id": oid, "cancelled": True}
+            status, out = self._cancel(path.split("/")[2])
         else:
             return 404, {"error": f"no route {method} {path}"}
-        if key is not None:
+        if status == 200 and key is not None:
             self._by_key[key] = out
-        return 200, out
+        return status, out
+
+    def _repriced(self, who: str) -> dict[str, dict[str, Any]]:
+        """A customer's cart with every line at today's price."""
+        cart = self.carts.setdefault(who, {})
+        for held in cart.values():
+            held["unit_price"] = self.prices[str(held["item"])]
+        return cart
+
+    def _cart(self, who: str) -> dict[str, Any]:
+        lines = [dict(v) for v in self._repriced(who).values()]
+        total = self.total(who)
+        return {"customer": who, "lines": lines, "total": total, "cart_total": total}
+
+    def _add(self, who: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        item = str(body.get("item"))
+        if item not in self.prices:
+            return 404, {"error": f"no item {item}"}
+        self._lines += 1
+        line: dict[str, Any] = {
+            "id": f"line-{self._lines}",
+            "item": item,
+            "quantity": int(body.get("quantity", 1)),
+            "unit_price": self.prices[item],
+        }
+        self.carts.setdefault(who, {})[line["id"]] = line
+        return 200, {**line, "cart_total": self.total(who)}
+
+    def _remove(self, who: str, line_id: str) -> tuple[int, dict[str, Any]]:
+        owner = next((c for c, lines in self.carts.items() if line_id in lines), who)
+        self.carts.get(owner, {}).pop(line_id, None)
+        return 200, {"cart_total": self.total(owner)}
+
+    def _checkout(self, who: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        # prices are read again at checkout: the cart total is what would be charged now
+        self.prices.update(self.reprice_at_checkout)
+        cart = self._repriced(who)
+        try:
+            limit = float(str(body.get("max_total")))
+        except ValueError:
+            return 422, {"error": "max_total must be a number"}
+        if float(self.total(who)) > limit:
+            return 409, {"error": "cart total over max_total", "total": self.total(who)}
+        order_id = f"order-{len(self.orders) + 1}"
+        order: dict[str, Any] = {
+            "id": order_id,
+            "customer": who,
+            "total": self.total(who),
+            "lines": [dict(v) for v in cart.values()],
+        }
+        self.orders[order_id] = order
+        cart.clear()
+        return 200, order
+
+    def _cancel(self, oid: str) -> tuple[int, dict[str, Any]]:
+        if oid not in self.orders:
+            return 404, {"error": f"no order {oid}"}
+        self.orders[oid]["cancelled"] = True
+        return 200, {"id": oid, "cancelled": True}
 
     def _admin(self, req: Request) -> Answer:
         if req.method == "GET" and req.path == "/_sandbox/state":

@@ -304,8 +304,17 @@ def _http_violations(name: str, version: float, p: Mapping[str, Any]) -> list[st
     if spec is None:
         known = ", ".join(f"{v:g}" for v in sorted(HTTP_REQUEST_VERSIONS))
         return [f"{label} is not a version this check knows (known: {known}); treated as a write"]
+    return [
+        *_method_violations(label, spec, p),
+        *_param_violations(label, spec, p),
+        *_expression_violations(label, spec, p),
+        *_override_violations(label, spec, p),
+    ]
+
+
+def _method_violations(label: str, spec: _HttpVersion, p: Mapping[str, Any]) -> list[str]:
+    """The parameter this version reads must be a literal safe method (absent = GET)."""
     out: list[str] = []
-    # The method: the parameter this version reads must be a literal safe method (absent = GET).
     method = p.get(spec.method_param, "GET")
     if _is_expression(method):
         out.append(
@@ -324,6 +333,12 @@ def _http_violations(name: str, version: float, p: Mapping[str, Any]) -> list[st
                 f"{label} takes its method from {spec.method_param!r}, not {other!r} "
                 f"(found {other}={p[other]!r})"
             )
+    return out
+
+
+def _param_violations(label: str, spec: _HttpVersion, p: Mapping[str, Any]) -> list[str]:
+    """No body; only parameters and options known to be read-only."""
+    out: list[str] = []
     for key in _keys(p):
         value = p[key]
         if key in spec.body_params:
@@ -338,18 +353,28 @@ def _http_violations(name: str, version: float, p: Mapping[str, Any]) -> list[st
     for key in _keys(options):
         if key not in spec.options:
             out.append(f"{label}: option {key!r} is not known to be read-only")
-    # Expressions: only the builder's data reference, only in the URL or a parameter's value.
+    return out
+
+
+def _expression_violations(label: str, spec: _HttpVersion, p: Mapping[str, Any]) -> list[str]:
+    """Expressions: only the builder's data reference, only in the URL or a parameter's value."""
     value_paths = {
         re.compile(rf"{re.escape(ui)}\.{re.escape(lst)}\[\d+\]\.value")
         for ui, lst in (spec.query_ui, spec.header_ui)
     }
+    out: list[str] = []
     for path, leaf in _walk(p, ""):
         if not _is_expression(leaf):
             continue
         allowed = path == "url" or any(r.fullmatch(path) for r in value_paths)
         if not (allowed and _is_data_ref(leaf)):
             out.append(f"{label}: {path} is an n8n expression ({leaf!r}); expected a literal")
-    # Headers (and query names) that override the method.
+    return out
+
+
+def _override_violations(label: str, spec: _HttpVersion, p: Mapping[str, Any]) -> list[str]:
+    """Headers (and query names) that override the method."""
+    out: list[str] = []
     names: list[Any] = []
     for ui, lst in (spec.header_ui, spec.query_ui):
         block = p.get(ui)
