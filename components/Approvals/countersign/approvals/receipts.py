@@ -67,7 +67,7 @@ class ReceiptSigner(Protocol):
 
 def append_receipt(
     c: Connection,
-    signer: ReceiptSigner,
+    signer: ReceiptSigner | None,
     *,
     plan_id: str,
     plan_hash: str,
@@ -77,12 +77,15 @@ def append_receipt(
     decision: str,
     decided_at: datetime,
     token_id: str | None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """Sign the next receipt of the plan's chain and store it in ``c``'s transaction.
 
     Returns the audit entry (``receipt_signed``) the caller appends in the same transaction,
-    after its own rows (the chain lock is taken here, before the audit head's).
+    after its own rows (the chain lock is taken here, before the audit head's); None when no
+    signer is configured (nothing is signed).
     """
+    if signer is None:
+        return None
     c.execute(
         text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 7357002))"),
         {"k": f"receipts:{plan_id}"},

@@ -177,6 +177,11 @@ class Approvals:
                 )
             exp = min(exp, not_after)
         choice_hash = content_hash(choice)
+        if "\\u0000" in json.dumps(choice):  # PostgreSQL's jsonb cannot hold NUL, key or value
+            raise InputError(
+                f"the choice for {gate_id} holds a NUL character, which the database cannot "
+                "store: approve with another choice"
+            )
         th = token_hash(token)
         with self.db.tx() as c:
             _lock_gate(c, plan_id, gate_id)
@@ -259,20 +264,18 @@ class Approvals:
                 f"the choice for {gate_id} would not read back from the database as given "
                 "(a number beyond 2^53-1 or text with NUL): approve with another choice"
             )
-        receipt = None
-        if self.receipts is not None:
-            receipt = append_receipt(
-                c,
-                self.receipts,
-                plan_id=plan_id,
-                plan_hash=plan_hash,
-                gate_id=gate_id,
-                user_id=user_id,
-                choice_hash=choice_hash,
-                decision="approved",
-                decided_at=now,
-                token_id=th[:12],
-            )
+        receipt = append_receipt(
+            c,
+            self.receipts,
+            plan_id=plan_id,
+            plan_hash=plan_hash,
+            gate_id=gate_id,
+            user_id=user_id,
+            choice_hash=choice_hash,
+            decision="approved",
+            decided_at=now,
+            token_id=th[:12],
+        )
         self._audit.append(
             c,
             {
@@ -458,20 +461,18 @@ class Approvals:
                 },
             ).first()
             if done is not None:
-                receipt = None
-                if self.receipts is not None:
-                    receipt = append_receipt(
-                        c,
-                        self.receipts,
-                        plan_id=plan_id,
-                        plan_hash=plan_hash,
-                        gate_id=gate_id,
-                        user_id=user_id,
-                        choice_hash=NULL_CHOICE_HASH,
-                        decision="rejected",
-                        decided_at=now,
-                        token_id=None,
-                    )
+                receipt = append_receipt(
+                    c,
+                    self.receipts,
+                    plan_id=plan_id,
+                    plan_hash=plan_hash,
+                    gate_id=gate_id,
+                    user_id=user_id,
+                    choice_hash=NULL_CHOICE_HASH,
+                    decision="rejected",
+                    decided_at=now,
+                    token_id=None,
+                )
                 self._audit.append(
                     c,
                     {
