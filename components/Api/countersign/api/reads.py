@@ -18,14 +18,16 @@ __all__ = ["Reads"]
 
 _PLAN = """
 SELECT p.plan_id, p.user_id, p.plan_hash, p.canonical, p.envelope, p.intent, p.created_at,
-  (SELECT coalesce(json_agg(json_build_object('step', s.step, 'output', s.output)
+  (SELECT coalesce(json_agg(json_build_object('step', s.step, 'output', s.output,
+                                              'status', s.status, 'fingerprint', s.fingerprint)
                             ORDER BY s.step), '[]'::json)
      FROM plan_steps s WHERE s.plan_id = p.plan_id) AS steps,
   (SELECT coalesce(json_agg(json_build_object('seq', e.seq, 'kind', e.kind, 'step', e.step,
                                               'op', e.op, 'status', e.status,
                                               'workflow_id', CASE WHEN e.kind = 'handed_off'
                                                 THEN e.details->>'workflow_id' END,
-                                              'details', CASE WHEN e.kind = 'preview_run'
+                                              'details', CASE WHEN e.kind IN
+                                                ('preview_run', 'watcher_polled')
                                                 THEN e.details END)
                             ORDER BY e.seq),
                    '[]'::json)

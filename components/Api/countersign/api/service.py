@@ -306,7 +306,7 @@ class PlanService:
         state = fold_events(events) if events is not None else self.events.state(plan_id)
         outputs = {int(s["step"]): s.get("output") for s in row.get("steps", [])}
         graph: list[dict[str, Any]] = document["plan"].get("graph", [])
-        offers = self._choices_of(document)
+        offers = self._choices_of(document, row)
         steps = [
             {
                 "step": s["step"],
@@ -438,7 +438,8 @@ class PlanService:
     def seen_outputs(self, plan: Plan, row: Mapping[str, Any] | None = None) -> dict[int, Any]:
         """What the person has seen of the plan's steps: the stored preview (refreshed when an
         execute waits at a later gate), the writes done, and what a watcher found (``row``: the
-        plan's stored row, when the caller has it)."""
+        plan's stored row — steps with status and fingerprint, and its events when it carries
+        them — when the caller has it)."""
         row = row if row is not None else self.plans.get(plan.plan_id)
         outputs: dict[int, Any] = {
             int(s["step"]): s["output"]
@@ -448,7 +449,10 @@ class PlanService:
         outputs.update(PlanStore.preview_in(row)[0])
         if not any(s.role == "Watcher" for s in plan.graph):
             return outputs
-        for e in self.events.since(plan.plan_id, 0, limit=10_000):
+        events = (row or {}).get("events")
+        if events is None:
+            events = self.events.since(plan.plan_id, 0, limit=10_000)
+        for e in events:
             found = (e.get("details") or {}).get("found") if e["kind"] == "watcher_polled" else None
             if isinstance(found, Mapping) and e.get("step") is not None:
                 # the run acts on the first slot it found (the one it holds and books)
@@ -457,10 +461,12 @@ class PlanService:
                 }
         return outputs
 
-    def gate_choices(self, plan: Plan) -> dict[str, dict[str, Any]]:
+    def gate_choices(
+        self, plan: Plan, row: Mapping[str, Any] | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Per gate: whether it takes a choice and the choices it accepts now (the card shows
         these and nothing else; the approve call checks the same)."""
-        outputs = self.seen_outputs(plan)
+        outputs = self.seen_outputs(plan, row)
         out: dict[str, dict[str, Any]] = {}
         for s in plan.graph:
             if s.gate_id is None:
@@ -494,11 +500,13 @@ class PlanService:
             "in view"
         )
 
-    def _choices_of(self, document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-        """``gate_choices`` of a stored plan; empty when it no longer fits the registry held (the
-        approve call then says why)."""
+    def _choices_of(
+        self, document: Mapping[str, Any], row: Mapping[str, Any]
+    ) -> dict[str, dict[str, Any]]:
+        """``gate_choices`` of a stored plan from the row already read; empty when it no longer
+        fits the registry held (the approve call then says why)."""
         try:
-            return self.gate_choices(Plan.model_validate(document["plan"]))
+            return self.gate_choices(Plan.model_validate(document["plan"]), row)
         except (CountersignError, KeyError, ValueError):
             return {}
 
