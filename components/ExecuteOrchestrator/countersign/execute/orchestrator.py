@@ -651,16 +651,9 @@ class Executor:
         before = out.get("choice") if status == "done" and isinstance(out, Mapping) else None
         if status != "done" or content_hash(before) == content_hash(run.choices[gate]):
             return None
-        old_choices = {**run.choices, gate: before}
-        done = [
-            (
-                plan.step(w.step),
-                self._args(plan.step(w.step), run.outputs, old_choices),
-                {"output": o[1], "id": _ident(o[1])},
-            )
-            for w in g_specs
-            if (o := progress.get(w.step, ("pending", None)))[0] == "done"
-        ]
+        done = self._earlier_writes(
+            run, progress, only={w.step for w in g_specs}, choices={**run.choices, gate: before}
+        )
         undone = await self._compensate(run.verified, run.runner, done, run.user_id)
         for step, _, _ in done:
             if step.step in undone:
@@ -832,9 +825,16 @@ class Executor:
         return None
 
     def _earlier_writes(
-        self, run: _Run, progress: Mapping[int, tuple[str, Any]]
+        self,
+        run: _Run,
+        progress: Mapping[int, tuple[str, Any]],
+        *,
+        only: set[int] | None = None,
+        choices: Mapping[str, Any] | None = None,
     ) -> list[tuple[PlanStep, dict[str, Any], Any]]:
-        """Writes an earlier execute completed (an earlier gate), for compensation."""
+        """Writes an earlier execute completed (an earlier gate), for compensation: all of them,
+        or ``only`` these steps; their args resolved with ``choices`` (default: this run's — a
+        gate decided again passes the choice those writes were made with)."""
         mine = {s.step for s, _, _ in run.done}
         out: list[tuple[PlanStep, dict[str, Any], Any]] = []
         for n in sorted(progress):
@@ -842,11 +842,12 @@ class Executor:
             step = run.verified.plan.step(n)
             if st != "done" or n in mine or step.gate_id is not None or step.dry_run:
                 continue
-            if self.registry.op(step.uses, step.call).safety != "write":
+            if (only is not None and n not in only) or self.registry.op(
+                step.uses, step.call
+            ).safety != "write":
                 continue
-            args = self._args(step, run.outputs, run.choices)
-            ident = value.get("id") if isinstance(value, Mapping) else None
-            out.append((step, args, {"output": value, "id": ident}))
+            args = self._args(step, run.outputs, run.choices if choices is None else choices)
+            out.append((step, args, {"output": value, "id": _ident(value)}))
         return out
 
     def _audit_compensation(
