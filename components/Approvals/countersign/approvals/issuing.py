@@ -5,6 +5,7 @@ transaction that stores the token with its choice hash, signs the approval's rec
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,10 +15,31 @@ from countersign.kernel import InputError
 from countersign.storage import AuditSink
 
 from .errors import ApprovalError, GateRejectedError
-from .ledger import INSERT_TOKEN, GateKey, decision_row, hash_of, lock_gate, record_decision
+from .ledger import (
+    INSERT_TOKEN,
+    GateKey,
+    decision_row,
+    hash_of,
+    lock_gate,
+    record_decision,
+    refusal_row,
+)
 from .receipts import ReceiptSigner
 
-__all__ = ["check_storable", "check_ttl", "expiry", "issue_in"]
+__all__ = ["TokenDraft", "check_storable", "check_ttl", "expiry", "issue_in"]
+
+
+@dataclass(frozen=True)
+class TokenDraft:
+    """The token row ``issue`` stores: the token's hash, its scopes, choice and times."""
+
+    th: str
+    scopes: list[str]
+    choice: Any
+    choice_hash: str
+    now: datetime
+    exp: datetime
+    ttl_s: int
 
 
 def check_ttl(ttl_s: int, max_ttl_s: int) -> None:
@@ -56,14 +78,7 @@ def issue_in(
     audit: AuditSink,
     receipts: ReceiptSigner | None,
     key: GateKey,
-    *,
-    th: str,
-    scopes: list[str],
-    choice: Any,
-    choice_hash: str,
-    now: datetime,
-    exp: datetime,
-    ttl_s: int,
+    draft: TokenDraft,
 ) -> ApprovalError | None:
     """Under the gate lock: store the token, or (the gate is rejected) audit and return the
     refusal, which the caller raises once the transaction has committed."""
@@ -74,19 +89,9 @@ def issue_in(
             f"issue a token for {key.gate_id} of plan {key.plan_id}: expected an open gate, found "
             f"it rejected by {decided.user_id} at {decided.decided_at.isoformat()}"
         )
-        audit.append(
-            c,
-            {
-                "kind": "token_issue_refused",
-                "status": "refused",
-                "actor": key.user_id,
-                "plan_id": key.plan_id,
-                "op": key.gate_id,
-                "reason": refusal.code,
-            },
-        )
+        audit.append(c, refusal_row("token_issue_refused", key, key.user_id, refusal.code))
         return refusal
-    _store_token(c, audit, receipts, key, th, scopes, choice, choice_hash, now, exp, ttl_s)
+    _store_token(c, audit, receipts, key, draft)
     return None
 
 
@@ -95,31 +100,25 @@ def _store_token(
     audit: AuditSink,
     receipts: ReceiptSigner | None,
     key: GateKey,
-    th: str,
-    scopes: list[str],
-    choice: Any,
-    choice_hash: str,
-    now: datetime,
-    exp: datetime,
-    ttl_s: int,
+    draft: TokenDraft,
 ) -> None:
     """Insert the token with its choice and choice hash, sign the approval's receipt, audit."""
     back = c.execute(
         INSERT_TOKEN,
         {
-            "h": th,
+            "h": draft.th,
             "p": key.plan_id,
             "ph": key.plan_hash,
             "g": key.gate_id,
             "u": key.user_id,
-            "sc": json.dumps(scopes),
-            "ch": json.dumps(choice),
-            "chh": choice_hash,
-            "now": now,
-            "exp": exp,
+            "sc": json.dumps(draft.scopes),
+            "ch": json.dumps(draft.choice),
+            "chh": draft.choice_hash,
+            "now": draft.now,
+            "exp": draft.exp,
         },
     ).scalar_one()
-    if hash_of(back) != choice_hash:
+    if hash_of(back) != draft.choice_hash:
         raise InputError(
             f"the choice for {key.gate_id} would not read back from the database as given "
             "(a number beyond 2^53-1 or text with NUL): approve with another choice"
@@ -130,7 +129,11 @@ def _store_token(
         "actor": key.user_id,
         "plan_id": key.plan_id,
         "op": key.gate_id,
-        "details": {"token_ref": th[:12], "ttl_s": ttl_s, "choice_hash": choice_hash},
+        "details": {
+            "token_ref": draft.th[:12],
+            "ttl_s": draft.ttl_s,
+            "choice_hash": draft.choice_hash,
+        },
     }
     record_decision(
         c,
@@ -138,8 +141,8 @@ def _store_token(
         receipts,
         key,
         issued,
-        choice_hash=choice_hash,
+        choice_hash=draft.choice_hash,
         decision="approved",
-        decided_at=now,
-        token_id=th[:12],
+        decided_at=draft.now,
+        token_id=draft.th[:12],
     )

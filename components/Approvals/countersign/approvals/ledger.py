@@ -32,6 +32,7 @@ __all__ = [
     "hash_of",
     "lock_gate",
     "record_decision",
+    "refusal_row",
     "token_hash",
 ]
 
@@ -181,3 +182,16 @@ def record_decision(
     audit.append(c, entry)
     if receipt is not None:
         audit.append(c, receipt)
+
+
+def refusal_row(kind: str, key: GateKey, actor: str, code: str) -> dict[str, Any]:
+    """The audit entry of a refused operation at ``key``'s gate (SPEC §2: each refusal audited,
+    its code as the reason)."""
+    return {
+        "kind": kind,
+        "status": "refused",
+        "actor": actor,
+        "plan_id": key.plan_id,
+        "op": key.gate_id,
+        "reason": code,
+    }

@@ -26,7 +26,7 @@ from .errors import (
     TokenUnknownError,
     TokenUserMismatchError,
 )
-from .ledger import REDEEM, GateKey, Redemption, decision_row, hash_of
+from .ledger import REDEEM, GateKey, Redemption, decision_row, hash_of, refusal_row
 
 __all__ = ["refused", "spend_in"]
 
@@ -83,7 +83,7 @@ def spend_in(
             {"h": th},
         )
     refusal = _diagnose(c, th, now, key, required_scopes)
-    audit.append(c, refused(who, key.plan_id, key.gate_id, refusal.code, th))
+    audit.append(c, refused(who, key, refusal.code, th))
     return refusal
 
 
@@ -140,14 +140,6 @@ def _check_choice(row: Any, gate_id: str) -> None:
         )
 
 
-def refused(who: str, plan_id: str, gate_id: str, code: str, th: str) -> dict[str, Any]:
+def refused(who: str, key: GateKey, code: str, th: str) -> dict[str, Any]:
     """The ``token_refused`` audit entry of a refused redemption."""
-    return {
-        "kind": "token_refused",
-        "status": "refused",
-        "actor": who,
-        "plan_id": plan_id,
-        "op": gate_id,
-        "reason": code,
-        "details": {"token_ref": th[:12]},
-    }
+    return {**refusal_row("token_refused", key, who, code), "details": {"token_ref": th[:12]}}

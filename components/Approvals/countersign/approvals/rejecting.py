@@ -18,6 +18,7 @@ from .ledger import (
     decision_row,
     lock_gate,
     record_decision,
+    refusal_row,
 )
 from .receipts import ReceiptSigner
 
@@ -70,17 +71,7 @@ def reject_in(
         )
         return None
     refusal = _already_decided(c, key)
-    audit.append(
-        c,
-        {
-            "kind": "gate_reject_refused",
-            "status": "refused",
-            "actor": key.user_id,
-            "plan_id": key.plan_id,
-            "op": key.gate_id,
-            "reason": refusal.code,
-        },
-    )
+    audit.append(c, refusal_row("gate_reject_refused", key, key.user_id, refusal.code))
     return refusal
 
 

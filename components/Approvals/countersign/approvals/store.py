@@ -49,7 +49,7 @@ from countersign.kernel import ApprovalToken, InputError, Policy, content_hash
 from countersign.storage import AuditSink, Database
 
 from .errors import ApprovalError, TokenChoiceMismatchError
-from .issuing import check_storable, check_ttl, expiry, issue_in
+from .issuing import TokenDraft, check_storable, check_ttl, expiry, issue_in
 from .ledger import NULL_CHOICE_HASH, GateDecision, GateKey, Redemption, decision_row, token_hash
 from .receipts import ReceiptSigner, read_receipts
 from .redeeming import refused, spend_in
@@ -127,19 +127,8 @@ class Approvals:
         th = token_hash(token)
         key = GateKey(plan_id, plan_hash, gate_id, user_id)
         with self.db.tx() as c:
-            refusal = issue_in(
-                c,
-                self._audit,
-                self.receipts,
-                key,
-                th=th,
-                scopes=sorted(set(scopes)),
-                choice=choice,
-                choice_hash=choice_hash,
-                now=now,
-                exp=exp,
-                ttl_s=ttl_s,
-            )
+            draft = TokenDraft(th, sorted(set(scopes)), choice, choice_hash, now, exp, ttl_s)
+            refusal = issue_in(c, self._audit, self.receipts, key, draft)
             if refusal is None:
                 return ApprovalToken(
                     token=token,
@@ -186,7 +175,7 @@ class Approvals:
                 )
         except TokenChoiceMismatchError as e:
             with self.db.tx() as c:  # the spend and the decision were rolled back with the tx
-                self._audit.append(c, refused(who, plan_id, gate_id, e.code, th))
+                self._audit.append(c, refused(who, key, e.code, th))
             raise
         if isinstance(outcome, ApprovalError):
             raise outcome
