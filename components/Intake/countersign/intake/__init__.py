@@ -2,7 +2,8 @@
 registry's intents; typed entity extraction; the readiness gate's questions), with a seam for a
 model that proposes the intent (``IntentProposer``; its answers are checked, then used)."""
 
-from .core import Contact, Explained, Intake, Need, Understanding
+from .core import Intake
+from .models import Contact, Explained, Need, Understanding
 from .proposer import IntentProposer, Proposal, ProposalError, catalogue, check_proposal
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The seam for a model that proposes the Intent (issue 14 plugs a litellm client in).
+"""The seam for a model that proposes the Intent (``llm.LitellmProposer`` is one; Intake SPEC).
 
 A proposer sees the message, the registry's catalogue (intent names, titles, entity names, types
 and questions — never a secret, token, key or another user's data), what the conversation has
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -76,43 +76,74 @@ def catalogue(registry: Registry) -> list[dict[str, Any]]:
     return out
 
 
-def _value(name: str, kind: str, value: Any) -> Any:
-    if kind == "integer":
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 10**7:
-            raise ProposalError(f"entity {name!r}: expected a positive whole number, got {value!r}")
-        return value
-    if kind == "email":
-        if not isinstance(value, str) or not _EMAIL.match(value):
-            raise ProposalError(f"entity {name!r}: expected an e-mail address, got {value!r}")
-        return value
-    if kind == "number":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise ProposalError(f"entity {name!r}: expected a number, got {value!r}")
-        return value
-    if kind == "boolean":
-        if not isinstance(value, bool):
-            raise ProposalError(f"entity {name!r}: expected true or false, got {value!r}")
-        return value
-    if kind == "datetime":
-        if not isinstance(value, str):
-            raise ProposalError(f"entity {name!r}: expected an ISO 8601 date-time, got {value!r}")
-        try:
-            at = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError as e:
-            raise ProposalError(f"entity {name!r}: {value!r} is not an ISO 8601 date-time") from e
-        if at.tzinfo is None:
-            raise ProposalError(f"entity {name!r}: {value!r} has no time zone")
-        return format_utc(at)
-    if kind == "list":
-        if not isinstance(value, list) or not value or len(value) > 50:
-            raise ProposalError(f"entity {name!r}: expected a non-empty list, got {value!r}")
-        items = [_value(name, "email" if name == "participants" else "string", v) for v in value]
-        return items
+def _integer(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 10**7:
+        raise ProposalError(f"entity {name!r}: expected a positive whole number, got {value!r}")
+    return value
+
+
+def _email(name: str, value: Any) -> Any:
+    if not isinstance(value, str) or not _EMAIL.match(value):
+        raise ProposalError(f"entity {name!r}: expected an e-mail address, got {value!r}")
+    return value
+
+
+def _number(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ProposalError(f"entity {name!r}: expected a number, got {value!r}")
+    return value
+
+
+def _boolean(name: str, value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ProposalError(f"entity {name!r}: expected true or false, got {value!r}")
+    return value
+
+
+def _datetime(name: str, value: Any) -> Any:
+    """An ISO 8601 date-time with a zone, typed as the extractors type it (``format_utc``)."""
+    if not isinstance(value, str):
+        raise ProposalError(f"entity {name!r}: expected an ISO 8601 date-time, got {value!r}")
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise ProposalError(f"entity {name!r}: {value!r} is not an ISO 8601 date-time") from e
+    if at.tzinfo is None:
+        raise ProposalError(f"entity {name!r}: {value!r} has no time zone")
+    return format_utc(at)
+
+
+def _list(name: str, value: Any) -> Any:
+    """A non-empty list of at most 50 items: e-mail addresses for participants, else text."""
+    if not isinstance(value, list) or not value or len(value) > 50:
+        raise ProposalError(f"entity {name!r}: expected a non-empty list, got {value!r}")
+    item = _email if name == "participants" else _text
+    return [item(name, v) for v in value]
+
+
+def _text(name: str, value: Any) -> Any:
+    """Text of 1 to 500 characters, stripped; template or expression syntax is refused."""
     if not isinstance(value, str) or not 0 < len(value.strip()) <= 500:
         raise ProposalError(f"entity {name!r}: expected text of 1 to 500 characters")
     if _MARKUP.search(value):
         raise ProposalError(f"entity {name!r}: text with template or expression syntax is refused")
     return value.strip()
+
+
+#: the check of each declared type; any other type is text
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "integer": _integer,
+    "email": _email,
+    "number": _number,
+    "boolean": _boolean,
+    "datetime": _datetime,
+    "list": _list,
+}
+
+
+def _value(name: str, kind: str, value: Any) -> Any:
+    """``value`` typed as the extractors would type an entity of type ``kind``."""
+    return _CHECKS.get(kind, _text)(name, value)
 
 
 def check_proposal(proposal: Any, registry: Registry) -> tuple[str | None, dict[str, Any], float]:
