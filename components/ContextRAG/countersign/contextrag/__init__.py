@@ -9,18 +9,9 @@ from .core import (
     pref_items,
     select_evidence,
 )
+from .forgetting import ANONYMIZED, FORGET_ACTOR, USER_TABLES, ForgetChangedError, ForgetTargets
 from .models import ContactIn, FactIn, ForgetRequest, MemoryItem, MemoryWrite, PrefsUpdate
-from .store import (
-    ANONYMIZED,
-    FORGET_ACTOR,
-    USER_TABLES,
-    ExecutionEraser,
-    ExemplarSource,
-    ForgetChangedError,
-    ForgetTargets,
-    MemoryStore,
-    record_history,
-)
+from .store import ExecutionEraser, ExemplarSource, MemoryStore, record_history
 
 __all__ = [
     "ANONYMIZED",

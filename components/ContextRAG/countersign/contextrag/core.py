@@ -121,6 +121,35 @@ def _score(item: MemoryItem, now: datetime, relevant: Collection[str]) -> float:
     return item.confidence * _TIER_WEIGHT[item.tier] * recency + bonus
 
 
+def _allowed(
+    it: MemoryItem,
+    budget: int,
+    now: datetime,
+    consents: Collection[str],
+    exclude: Collection[str],
+) -> bool:
+    """Within the budget's tiers, not dropped, not expired; a T5 item only with its consent."""
+    if TIER_RANK[it.tier] > budget or it.source_ref in exclude or _expired(it, now):
+        return False
+    return not (it.tier == "T5" and (it.purpose is None or it.purpose not in consents))
+
+
+def _measured(it: MemoryItem) -> tuple[Evidence, int] | None:
+    """The item as Evidence with its canonical size, or None when the contract refuses it."""
+    try:
+        ev = Evidence(
+            type=it.type,
+            key=it.key[:128],
+            value=it.value,
+            confidence=it.confidence,
+            source_ref=it.source_ref[:256],
+            ttl_days=it.ttl_days,
+        )
+        return ev, len(canonical_bytes(ev.to_json()))
+    except (ValidationError, ValueError):
+        return None
+
+
 def select_evidence(
     items: Iterable[MemoryItem],
     *,
@@ -147,11 +176,8 @@ def select_evidence(
     """
     scored: list[tuple[float, str, int, MemoryItem]] = []
     for i, it in enumerate(items):
-        if TIER_RANK[it.tier] > budget or it.source_ref in exclude or _expired(it, now):
-            continue
-        if it.tier == "T5" and (it.purpose is None or it.purpose not in consents):
-            continue
-        scored.append((_score(it, now, relevant), it.source_ref, i, it))
+        if _allowed(it, budget, now, consents, exclude):
+            scored.append((_score(it, now, relevant), it.source_ref, i, it))
     best = heapq.nsmallest(_POOL * 4, scored, key=lambda s: (-s[0], s[1]))
     out: list[Evidence] = []
     taken: set[tuple[str, str]] = set()
@@ -160,18 +186,10 @@ def select_evidence(
     for _, _, _, it in best:
         if (it.type, it.key) in taken:
             continue
-        try:
-            ev = Evidence(
-                type=it.type,
-                key=it.key[:128],
-                value=it.value,
-                confidence=it.confidence,
-                source_ref=it.source_ref[:256],
-                ttl_days=it.ttl_days,
-            )
-            n = len(canonical_bytes(ev.to_json()))
-        except (ValidationError, ValueError):
+        measured = _measured(it)
+        if measured is None:
             continue  # a stored value the contract refuses is never evidence
+        ev, n = measured
         extra = n + (1 if out else 0)
         if size + extra > max_bytes:
             misses += 1

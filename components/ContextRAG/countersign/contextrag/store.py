@@ -5,10 +5,9 @@ Tables (Storage migrations 0001 and 0004): ``profile_prefs`` (T2), ``consents``,
 written by PlanWriter through :func:`record_history`). Conversations (T1) are the Api's
 ``conversations`` / ``conversation_turns``.
 
-``USER_TABLES`` says, for every table that can hold a person's data, which rows are theirs;
-:meth:`MemoryStore.forget` and :meth:`MemoryStore.export` both walk it, so what is forgotten is
-exactly what is exported (SPEC §4). The audit log is not deleted: the rows about the person are
-*redacted* in place (SPEC §5) so the hash chain keeps verifying.
+What a forget or an export walks (``USER_TABLES``) and the statements it runs are in
+``forgetting.py``; :meth:`MemoryStore.forget` and :meth:`MemoryStore.export` run them in one
+transaction each (SPEC §4–§5).
 """
 
 from __future__ import annotations
@@ -35,93 +34,27 @@ from countersign.kernel import (
 from countersign.storage import Database
 
 from .core import TIER_RANK, history_items, pref_items, select_evidence
+from .forgetting import (
+    FORGET_ACTOR,
+    ForgetTargets,
+    anonymize_authors,
+    audit_forgotten,
+    check_expected,
+    delete_rows,
+    export_tables,
+    plan_ids,
+    redact_audit,
+    targets,
+)
 from .models import ContactIn, FactIn, ForgetRequest, MemoryItem, MemoryWrite, PrefsUpdate
 
-__all__ = [
-    "ANONYMIZED",
-    "FORGET_ACTOR",
-    "USER_TABLES",
-    "ExecutionEraser",
-    "ExemplarSource",
-    "ForgetChangedError",
-    "ForgetTargets",
-    "MemoryStore",
-    "record_history",
-]
+__all__ = ["ExecutionEraser", "ExemplarSource", "MemoryStore", "record_history"]
 
-#: the audit actor of a forget (the person's id is never written by it)
-FORGET_ACTOR = "system:memory"
 #: the statuses history_facts may hold
 _STATUSES = {"created", "updated", "skipped", "error", "ok", "failed", "cancelled"}
 #: the candidates fetched per tier (the 2 KB cap holds ~20 items; ranking needs a margin)
 _PER_TIER = 32
 _HISTORY_ROWS = 100
-
-_P = "plan_id = ANY(:p)"
-#: table → the rows that are the person's (``:u`` the user id, ``:p`` their plan ids). A new
-#: table that holds a user id must be added here (tests/test_memory_api.py walks
-#: information_schema column by column after a forget and fails otherwise).
-USER_TABLES: dict[str, str] = {
-    "plans": "user_id = :u",
-    "plan_steps": _P,
-    "approval_tokens": f"user_id = :u OR {_P}",
-    "gate_decisions": f"user_id = :u OR {_P}",
-    "gate_receipts": f"user_id = :u OR {_P}",
-    "plan_events": f"actor = :u OR {_P}",
-    "outcomes": _P,
-    "idempotency_keys": "split_part(key, ':', 1) = ANY(:p)",
-    "plan_library": f"user_id = :u OR {_P}",
-    "history_facts": f"user_id = :u OR {_P}",
-    "profile_prefs": "user_id = :u",
-    "consents": "user_id = :u",
-    "memory_facts": "user_id = :u",
-    "contacts": "user_id = :u",
-    "conversation_turns": (
-        "conversation_id IN (SELECT conversation_id FROM conversations WHERE user_id = :u)"
-    ),
-    "conversations": "user_id = :u",
-    "login_links": "user_id = :u",
-    "api_sessions": "user_id = :u",
-    "api_users": "user_id = :u",
-}
-_ACCOUNT = {"api_users", "api_sessions", "login_links"}
-_PLAN_KEYED = {
-    "plan_steps",
-    "approval_tokens",
-    "gate_decisions",
-    "gate_receipts",
-    "plan_events",
-    "outcomes",
-    "plan_library",
-    "history_facts",
-    # a conversation that led to a plan naming the subject goes with the plan (turns cascade)
-    "conversations",
-}
-#: tables whose rows about the person are kept but made anonymous (SPEC §5)
-ANONYMIZED = {"audit_log": f"actor = :u OR {_P}", "registry_docs": "author = :u"}
-#: columns never exported (hashes of secrets; the vector is exported as its text's source)
-_NOT_EXPORTED = {"key_hash", "session_hash", "link_hash", "token_hash", "csrf", "embedding", "tsv"}
-
-
-class ForgetChangedError(CountersignError):
-    """The person's plans changed between erasing the runtime records and deleting the rows
-    (a plan was made meanwhile): nothing was deleted; erase again."""
-
-    code = "forget_changed"
-    retryable = True
-
-
-@dataclass(frozen=True)
-class ForgetTargets:
-    """What one forget takes (SPEC §4): ``scope`` (``all`` / ``subject``), ``plan_ids`` the
-    plans taken wholly (with every runtime record of theirs), ``own_plan_ids`` every plan of the
-    person (a runtime record is theirs when it holds one), ``subject`` (None for ``all``): a
-    record of theirs that mentions it goes too."""
-
-    scope: str
-    plan_ids: tuple[str, ...]
-    own_plan_ids: tuple[str, ...]
-    subject: str | None
 
 
 class ExemplarSource(Protocol):
@@ -214,14 +147,50 @@ def _ts(value: Any) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
 
-def _ranges(seqs: Sequence[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for s in sorted(seqs):
-        if out and out[-1][1] == s - 1:
-            out[-1][1] = s
-        else:
-            out.append([s, s])
-    return out
+def _conversation_items(intent: Intent, conversation: Mapping[str, Any]) -> list[MemoryItem]:
+    """T1: the conversation's entities the Intent does not carry itself."""
+    cid = str(conversation.get("conversation_id", ""))
+    return [
+        MemoryItem("T1", "preference", k, v, 0.9, f"conversation:{cid}:{k}", intent.received_at)
+        for k, v in (conversation.get("entities") or {}).items()
+        if k not in intent.entities
+    ]
+
+
+def _contact_item(j: Mapping[str, Any]) -> MemoryItem:
+    """A ``contact`` row of ``_CANDIDATES`` as a T2 candidate."""
+    value = {k: j[k] for k in ("email", "relation") if j.get(k)}
+    return MemoryItem(
+        "T2",
+        "contact",
+        str(j["name"])[:128],
+        value or j["name"],
+        0.8,
+        f"contact:{j['contact_id']}",
+        _ts(j["created_at"]),
+    )
+
+
+def _fact_item(j: Mapping[str, Any]) -> MemoryItem:
+    """A ``fact`` row of ``_CANDIDATES`` as a candidate of its tier."""
+    return MemoryItem(
+        j["tier"],
+        j["type"],
+        j["key"],
+        j["value"],
+        float(j["confidence"]),
+        j["source_ref"],
+        _ts(j["created_at"]),
+        j["ttl_days"],
+        j["purpose"],
+    )
+
+
+#: the ``_CANDIDATES`` rows that are candidates as they stand
+_ROW_ITEM: dict[str, Callable[[Mapping[str, Any]], MemoryItem]] = {
+    "contact": _contact_item,
+    "fact": _fact_item,
+}
 
 
 @dataclass
@@ -363,23 +332,17 @@ class MemoryStore:
         purposes, in one statement (one round trip). Each tier's part is bounded (32 rows,
         100 history rows; the most confident live facts per tier off the index), expiry and
         T5 consent are filtered in SQL, so its cost does not grow with the person's history."""
-        budget, u, now = intent.context_budget, intent.user_id, intent.received_at
-        items: list[MemoryItem] = []
-        if budget >= 1 and conversation:
-            cid = str(conversation.get("conversation_id", ""))
-            for k, v in (conversation.get("entities") or {}).items():
-                if k not in intent.entities:
-                    ref = f"conversation:{cid}:{k}"
-                    items.append(MemoryItem("T1", "preference", k, v, 0.9, ref, now))
+        budget = intent.context_budget
+        items = _conversation_items(intent, conversation) if budget >= 1 and conversation else []
         if budget < 2:
             return items, set()
         tiers = [t for t, n in TIER_RANK.items() if 2 <= n <= budget]
         rows = c.execute(
             _CANDIDATES,
             {
-                "u": u,
+                "u": intent.user_id,
                 "i": intent.intent,
-                "now": now,
+                "now": intent.received_at,
                 "tiers": tiers,
                 "b3": budget >= 3,
                 "b5": budget >= 5,
@@ -394,35 +357,10 @@ class MemoryStore:
             j = r.j
             if r.src == "pref":
                 prefs[j["key"]] = (j["value"], _ts(j["updated_at"]))
-            elif r.src == "contact":
-                value = {k: j[k] for k in ("email", "relation") if j.get(k)}
-                items.append(
-                    MemoryItem(
-                        "T2",
-                        "contact",
-                        str(j["name"])[:128],
-                        value or j["name"],
-                        0.8,
-                        f"contact:{j['contact_id']}",
-                        _ts(j["created_at"]),
-                    )
-                )
             elif r.src == "history":
                 hist.append({**j, "created_at": _ts(j["created_at"])})
-            elif r.src == "fact":
-                items.append(
-                    MemoryItem(
-                        j["tier"],
-                        j["type"],
-                        j["key"],
-                        j["value"],
-                        float(j["confidence"]),
-                        j["source_ref"],
-                        _ts(j["created_at"]),
-                        j["ttl_days"],
-                        j["purpose"],
-                    )
-                )
+            elif r.src in _ROW_ITEM:
+                items.append(_ROW_ITEM[r.src](j))
         items += pref_items(prefs)
         items += history_items(hist, intent.intent)
         return items, consents
@@ -467,54 +405,15 @@ class MemoryStore:
             relevant=relevant,
         )
 
-    # ---- export and forget --------------------------------------------------------------------
-    @staticmethod
-    def _plan_ids(c: Connection, user_id: str) -> list[str]:
-        return list(
-            c.execute(
-                text("SELECT plan_id FROM plans WHERE user_id = :u"), {"u": user_id}
-            ).scalars()
-        )
-
+    # ---- export and forget (forgetting.py) ----------------------------------------------------
     def export(self, user_id: str) -> dict[str, Any]:
         """One JSON document with everything stored about the person: every row of every table
         in ``USER_TABLES`` (hashes of secrets left out), the audit rows about them, and the
         registry revisions they authored."""
         out: dict[str, Any] = {"user_id": user_id, "exported_at": format_utc(self.clock())}
-        tables: dict[str, list[Any]] = {}
         with self.db.tx() as c:
-            p = self._plan_ids(c, user_id)
-            for table, where in {**USER_TABLES, **ANONYMIZED}.items():
-                rows = c.execute(
-                    text(f"SELECT to_jsonb(t) AS j FROM {table} t WHERE {where}"),  # noqa: S608 - fixed text
-                    {"u": user_id, "p": p},
-                ).scalars()
-                kept = [{k: v for k, v in r.items() if k not in _NOT_EXPORTED} for r in rows]
-                if table == "plans":
-                    for r in kept:
-                        r.pop("canonical", None)  # the envelope holds the same plan
-                tables[table] = kept
-        out["tables"] = tables
+            out["tables"] = export_tables(c, user_id)
         return out
-
-    def _targets(
-        self, c: Connection, user_id: str, req: ForgetRequest
-    ) -> tuple[list[str], list[str]]:
-        """The plan ids a forget takes and the needles runtime records are searched for."""
-        if req.all:
-            p = self._plan_ids(c, user_id)
-            return p, [user_id, *p]
-        subject = req.subject or ""
-        p = list(
-            c.execute(
-                text(
-                    "SELECT plan_id FROM plans t WHERE user_id = :u AND strpos(lower("
-                    "convert_from(canonical, 'UTF8') || t::text), lower(:s)) > 0"
-                ),
-                {"u": user_id, "s": subject},
-            ).scalars()
-        )
-        return p, [subject, *p]
 
     def forget_targets(self, user_id: str, body: Mapping[str, Any]) -> ForgetTargets:
         """What a forget would take (read only): the plan ids and the subject the runtimes'
@@ -523,8 +422,8 @@ class MemoryStore:
         is down leaves everything findable for the next attempt."""
         req = parse_contract(ForgetRequest, body, what="memory forget")
         with self.db.tx() as c:
-            p, _ = self._targets(c, user_id, req)
-            own = p if req.all else self._plan_ids(c, user_id)
+            p, _ = targets(c, user_id, req)
+            own = p if req.all else plan_ids(c, user_id)
         scope = "all" if req.all else "subject"
         return ForgetTargets(scope, tuple(p), tuple(own), None if req.all else req.subject)
 
@@ -576,77 +475,18 @@ class MemoryStore:
         deleted before its records are.
         """
         req = parse_contract(ForgetRequest, body, what="memory forget")
-        counts: dict[str, int] = {}
+        scope = "all" if req.all else "subject"
         with self.db.tx() as c:
-            p, needles = self._targets(c, user_id, req)
-            if expected is not None and not set(p) <= set(expected):
-                raise ForgetChangedError(
-                    f"memory forget: {len(set(p) - set(expected))} plan(s) appeared after the "
-                    "runtime records were erased; erase again"
-                )
-            # a subject: the person's rows that mention it, besides whole plans naming it
-            match = "" if req.all else " AND strpos(lower(t::text), lower(:s)) > 0"
+            p, needles = targets(c, user_id, req)
+            check_expected(p, expected)
             params: dict[str, Any] = {"u": user_id, "p": p, "s": req.subject}
-            for table, where in USER_TABLES.items():
-                if req.all:
-                    cond = where
-                elif table in _ACCOUNT:
-                    continue  # forgetting a subject keeps the account
-                elif table == "plans":
-                    cond = f"user_id = :u AND {_P}"
-                elif table == "idempotency_keys":
-                    cond = where  # the keys of the plans naming the subject
-                else:
-                    # any row of theirs naming the subject, and the plans naming it wholly
-                    cond = f"(({where}){match})"
-                    if table in _PLAN_KEYED:
-                        cond += f" OR {_P}"
-                n = c.execute(
-                    text(f"DELETE FROM {table} t WHERE {cond}"),  # noqa: S608 - fixed text
-                    params,
-                ).rowcount
-                if n:
-                    counts[table] = n
-            audit_where = (
-                ANONYMIZED["audit_log"]
-                if req.all
-                else (f"{_P} OR (actor = :u AND strpos(lower(t::text), lower(:s)) > 0)")
-            )
-            redacted = list(
-                c.execute(
-                    text(
-                        "UPDATE audit_log t SET actor = 'forgotten', reason = NULL, "  # noqa: S608 - fixed text
-                        "details = '{\"redacted\": true}'::jsonb, redacted = true "
-                        f"WHERE ({audit_where}) RETURNING seq"
-                    ),
-                    params,
-                ).scalars()
-            )
+            counts = delete_rows(c, req, params)
+            redacted = redact_audit(c, req, params)
             if req.all:
-                n = c.execute(
-                    text("UPDATE registry_docs SET author = 'forgotten' WHERE author = :u"),
-                    params,
-                ).rowcount
-                if n:
-                    counts["registry_docs (author anonymized)"] = n
-            ranges = _ranges(redacted)
-            for i in range(0, max(1, len(ranges)), 150):  # details stay under 4 KB
-                audit.append(
-                    c,
-                    {
-                        "kind": "memory_forgotten",
-                        "status": "ok",
-                        "actor": FORGET_ACTOR,
-                        "details": {
-                            "scope": "all" if req.all else "subject",
-                            "deleted": dict(sorted(counts.items())) if i == 0 else {},
-                            **({"erased": dict(sorted((erased or {}).items()))} if i == 0 else {}),
-                            "redacted_seqs": ranges[i : i + 150],
-                        },
-                    },
-                )
+                anonymize_authors(c, params, counts)
+            audit_forgotten(c, audit, scope=scope, counts=counts, erased=erased, redacted=redacted)
         return {
-            "scope": "all" if req.all else "subject",
+            "scope": scope,
             "deleted": counts,
             "audit_rows_redacted": len(redacted),
             "needles": needles,
