@@ -1,12 +1,12 @@
 """The Planner: a pure function of (Intent, Evidence, Registry snapshot, Policy) -> Plan | Needs.
 
-No clock, no randomness, no I/O (ARCHITECTURE.md §3.1). ``plan_id`` is a ULID whose time is the
+No clock, no randomness, no I/O (Planner SPEC). ``plan_id`` is a ULID whose time is the
 intent's ``received_at`` and whose randomness is the hash of the whole input tuple;
 ``meta.created_at`` is ``received_at``. Evidence is treated as a set (its order does not matter).
 
-Steps (Planner LLD §2):
-1. resolve entities: given, else a confident preference from evidence, else the spec's default;
-   missing required ones become ``needs[]``;
+Steps (Planner LLD §1–4):
+1. resolve entities (``entities.py``): given, else a confident preference from evidence, else
+   the spec's default; missing required ones become ``needs[]``;
 2. expand the intent's step templates (``foreach`` fans a template out into parallel steps,
    ``when`` drops a step whose entity is absent, ``@capability`` picks the Policy's provider);
 3. group writes and insert one gate (``system.approval.confirm``) before each write group;
@@ -16,19 +16,16 @@ Steps (Planner LLD §2):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, time, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
-from zoneinfo import ZoneInfo
 
 from pydantic import JsonValue
 
 from countersign.kernel import (
     Evidence,
     Intent,
-    Need,
     Needs,
     Plan,
     PlanConstraints,
@@ -42,17 +39,17 @@ from countersign.kernel import (
     canonical_bytes,
     content_hash,
     derived_ulid,
-    format_utc,
     sha256_hex,
 )
-from countersign.registry import EntitySpec, IntentSpec, Operation, Registry, StepTemplate
+from countersign.registry import IntentSpec, Operation, Registry, StepTemplate
+
+from .entities import policy_value, resolve_entities
 
 __all__ = ["PLANNER_VERSION", "make_plan", "policy_version"]
 
 PLANNER_VERSION: Final = "1"
 GATE_USES: Final = "system.approval"
 GATE_CALL: Final = "confirm"
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
 def policy_version(policy: Policy) -> str:
@@ -94,62 +91,22 @@ def make_plan(
     spec = registry.intents.get(intent.intent)
     if spec is None:
         raise UnknownIntentError(intent.intent, registry.intent_names())
-    entities, needs = _resolve_entities(spec, intent, evidence, policy)
+    entities, needs = resolve_entities(spec, intent, evidence, policy)
     if needs:
         return Needs(intent=intent.intent, needs=needs)
 
     ev_sorted = sorted((e.to_json() for e in evidence), key=canonical_bytes)
-    evidence_hash = content_hash(ev_sorted)
-    pv = policy_version(policy)
     inputs = {
         "intent": intent.to_json(),
         "evidence": ev_sorted,
         "registry": registry.version,
-        "policy": pv,
+        "policy": policy_version(policy),
         "planner": PLANNER_VERSION,
     }
     plan_id = derived_ulid(intent.received_at, sha256_hex(canonical_bytes(inputs)).encode())
-
     protos = _expand(spec, intent, entities, registry, policy, plan_id)
-    protos = _insert_gates(protos, policy, registry)
-    ordered = _toposort(protos)
-    number = {p.key: i + 1 for i, p in enumerate(ordered)}
-    by_template: dict[str, list[str]] = {}
-    for p in ordered:
-        by_template.setdefault(p.template, []).append(p.key)
-    gate_of_group = {p.group: p.gate_id for p in ordered if p.gate_id}
-
-    graph: list[PlanStep] = []
-    ancestors: dict[str, set[str]] = {}
-    for p in ordered:
-        ancestors[p.key] = set().union(*({d, *ancestors[d]} for d in p.deps)) if p.deps else set()
-        ctx = _RefContext(
-            step=number[p.key],
-            plan_id=plan_id,
-            number=number,
-            by_template=by_template,
-            gate=gate_of_group.get(p.group) if p.gate_id is None else None,
-            ancestors=ancestors[p.key],
-            where=f"intent {spec.name}, template {p.template!r}",
-        )
-        args = {k: _resolve_refs(v, ctx) for k, v in p.args.items()}
-        if p.gate_id is not None:
-            covered = [q for q in ordered if q.group == p.group and q.gate_id is None]
-            args = {"summary": _gate_summary(covered, number)}
-        graph.append(
-            PlanStep(
-                step=number[p.key],
-                mode=p.mode,
-                role=p.role,
-                uses=p.uses,
-                call=p.call,
-                args=args,
-                after=sorted(number[d] for d in p.deps),
-                gate_id=p.gate_id,
-                dry_run=p.op.safety == "read" and not p.op.gate,
-            )
-        )
-
+    ordered = _toposort(_insert_gates(protos, policy, registry))
+    graph = _number(ordered, plan_id, spec.name)
     _check_offered_ranges(graph, registry, intent)
     writes = [p for p in ordered if p.op.safety == "write"]
     scopes = sorted({s for p in writes for s in p.op.scopes})
@@ -167,133 +124,10 @@ def make_plan(
             created_at=intent.received_at,
             planner_version=PLANNER_VERSION,
             registry_version=registry.version,
-            policy_version=pv,
-            evidence_hash=evidence_hash,
+            policy_version=policy_version(policy),
+            evidence_hash=content_hash(ev_sorted),
         ),
     )
-
-
-# ---- entities ---------------------------------------------------------------------------------
-def _resolve_entities(
-    spec: IntentSpec, intent: Intent, evidence: Sequence[Evidence], policy: Policy
-) -> tuple[dict[str, JsonValue], list[Need]]:
-    declared = {e.name: e for e in (*spec.required, *spec.optional)}
-    unknown = sorted(set(intent.entities) - set(declared))
-    if unknown:
-        raise PlanningError(
-            f"intent {spec.name!r} does not take entit{'y' if len(unknown) == 1 else 'ies'} "
-            f"{', '.join(unknown)} (it takes: {', '.join(sorted(declared))})"
-        )
-    prefs = _preferences(evidence, policy)
-    out: dict[str, JsonValue] = {}
-    needs: list[Need] = []
-    for e in spec.required:
-        value = intent.entities.get(e.name, prefs.get(e.name))
-        if value is None:
-            needs.append(Need(entity=e.name, question=e.question))
-            continue
-        out[e.name] = _check_type(spec.name, e, value)
-    for e in spec.optional:
-        value = intent.entities.get(e.name, prefs.get(e.name))
-        if value is None and e.default is not None:
-            value = _policy_value(e.default, policy, where=f"{spec.name}.{e.name}.default")
-        if value is not None:
-            out[e.name] = _check_type(spec.name, e, value)
-    return _within_work_hours(out, prefs.get("work_hours"), intent.tz), needs
-
-
-def _within_work_hours(
-    entities: dict[str, JsonValue], hours: JsonValue, tz: str
-) -> dict[str, JsonValue]:
-    """A ``work_hours`` preference (``{"start": "09:00", "end": "17:00"}`` in the intent's zone)
-    moves a ``window_start`` before the day's start to it and a ``window_end`` after the last
-    day's end back to it (Planner SPEC §3). A malformed preference, or one that would leave no
-    window, changes nothing; nights inside a multi-day window are not cut out."""
-    start, end = entities.get("window_start"), entities.get("window_end")
-    if not (isinstance(hours, Mapping) and isinstance(start, str) and isinstance(end, str)):
-        return entities
-    try:
-        zone = ZoneInfo(tz)
-        h0, h1 = time.fromisoformat(str(hours["start"])), time.fromisoformat(str(hours["end"]))
-        s = datetime.fromisoformat(start.replace("Z", "+00:00")).astimezone(zone)
-        e = datetime.fromisoformat(end.replace("Z", "+00:00")).astimezone(zone)
-    except (KeyError, ValueError, TypeError):
-        return entities
-    lo = max(s, datetime.combine(s.date(), h0, zone))
-    hi = min(e, datetime.combine(e.date(), h1, zone))
-    if h0 >= h1 or lo >= hi:
-        return entities
-    out = dict(entities)
-    if lo != s:
-        out["window_start"] = format_utc(lo)
-    if hi != e:
-        out["window_end"] = format_utc(hi)
-    return out
-
-
-def _preferences(evidence: Sequence[Evidence], policy: Policy) -> dict[str, JsonValue]:
-    """The most confident preference per key at or above the Policy's threshold."""
-    best: dict[str, Evidence] = {}
-    for ev in evidence:
-        if ev.type != "preference" or ev.confidence < policy.min_evidence_confidence:
-            continue
-        cur = best.get(ev.key)
-        if cur is None or (ev.confidence, ev.source_ref) > (cur.confidence, cur.source_ref):
-            best[ev.key] = ev
-    return {k: v.value for k, v in best.items()}
-
-
-def _check_type(intent: str, e: EntitySpec, value: JsonValue) -> JsonValue:
-    ok: bool
-    match e.type:
-        case "string":
-            ok = isinstance(value, str) and value.strip() != ""
-        case "integer":
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        case "number":
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-        case "boolean":
-            ok = isinstance(value, bool)
-        case "email":
-            ok = isinstance(value, str) and bool(_EMAIL.match(value))
-        case "datetime":
-            ok = isinstance(value, str) and _is_aware_iso(value)
-        case "list":
-            ok = isinstance(value, list) and len(value) > 0
-    if not ok:
-        raise PlanningError(
-            f"intent {intent!r}: entity {e.name!r} must be {_TYPE_WORDS[e.type]}, got {value!r:.80}"
-        )
-    return value
-
-
-_TYPE_WORDS = {
-    "string": "a non-empty string",
-    "integer": "an integer",
-    "number": "a number",
-    "boolean": "true or false",
-    "email": "an e-mail address",
-    "datetime": "an ISO 8601 date-time with a time zone",
-    "list": "a non-empty list",
-}
-
-
-def _is_aware_iso(text: str) -> bool:
-    try:
-        return datetime.fromisoformat(text).tzinfo is not None
-    except ValueError:
-        return False
-
-
-def _policy_value(expr: JsonValue, policy: Policy, *, where: str) -> JsonValue:
-    if not (isinstance(expr, str) and expr.startswith("$policy.")):
-        return expr
-    cur: Any = policy.to_json()
-    for part in expr.removeprefix("$policy.").split("."):
-        if not isinstance(cur, Mapping) or part not in cur:
-            raise PlanningError(f"{where}: {expr!r} names nothing in the Policy")
-        cur = cur[part]
-    return cur  # type: ignore[no-any-return]
 
 
 # ---- templates --------------------------------------------------------------------------------
@@ -324,11 +158,9 @@ def _expand(
         keys: list[str] = []
         for i, item in enumerate(items):
             key = f"{t.id}#{i}" if t.foreach is not None else t.id
+            fill = _Fill(intent, entities, item, policy, plan_id)
             args = {
-                k: _substitute(
-                    v, intent, entities, item, policy, f"{spec.name}.{t.id}.args.{k}", plan_id
-                )
-                for k, v in t.args.items()
+                k: _substitute(v, fill, f"{spec.name}.{t.id}.args.{k}") for k, v in t.args.items()
             }
             args = {k: v for k, v in args.items() if v is not None}
             _check_args(spec.name, t, uses, op, args)
@@ -365,45 +197,48 @@ def _provider(t: StepTemplate, policy: Policy, intent: str) -> str:
     return uses
 
 
-def _substitute(
-    v: JsonValue,
-    intent: Intent,
-    entities: Mapping[str, JsonValue],
-    item: JsonValue | None,
-    policy: Policy,
-    where: str,
-    plan_id: str,
-) -> Any:
+@dataclass(frozen=True)
+class _Fill:
+    """What a template's placeholders are filled from (one per template copy)."""
+
+    intent: Intent
+    entities: Mapping[str, JsonValue]
+    item: JsonValue | None
+    policy: Policy
+    plan_id: str
+
+
+def _substitute(v: JsonValue, fill: _Fill, where: str) -> Any:
     """Fill registry-authored placeholders. Substituted values are never re-scanned: only a string
     the registry wrote may be a ``$text:`` template, in which ``{plan_id}`` and ``{card_url}`` (the
     plan's card: the Policy's ``card_url`` with ``{plan_id}`` filled, ``/plans/<plan_id>`` when
     unset) are the only placeholders."""
     if isinstance(v, str):
-        if v.startswith("$text:"):
-            card = (policy.card_url or "/plans/{plan_id}").replace("{plan_id}", plan_id)
-            return (
-                v.removeprefix("$text:").replace("{card_url}", card).replace("{plan_id}", plan_id)
-            )
-        if v == "$item":
-            return item
-        if v.startswith("$entities."):
-            return entities.get(v.removeprefix("$entities."))
-        if v == "$intent.user_id":
-            return intent.user_id
-        if v == "$intent.tz":
-            return intent.tz
-        if v.startswith("$policy."):
-            return _policy_value(v, policy, where=where)
-        return v
+        return _placeholder(v, fill, where)
     if isinstance(v, dict):
-        if "$ref" in v:
-            return dict(v)
-        return {
-            k: _substitute(x, intent, entities, item, policy, where, plan_id) for k, x in v.items()
-        }
+        return dict(v) if "$ref" in v else {k: _substitute(x, fill, where) for k, x in v.items()}
     if isinstance(v, list):
-        return [_substitute(x, intent, entities, item, policy, where, plan_id) for x in v]
+        return [_substitute(x, fill, where) for x in v]
     return v
+
+
+def _placeholder(v: str, fill: _Fill, where: str) -> Any:
+    """One registry-authored string: a placeholder's value, or the string itself."""
+    if v.startswith("$text:"):
+        card = (fill.policy.card_url or "/plans/{plan_id}").replace("{plan_id}", fill.plan_id)
+        return (
+            v.removeprefix("$text:").replace("{card_url}", card).replace("{plan_id}", fill.plan_id)
+        )
+    if v.startswith("$entities."):
+        return fill.entities.get(v.removeprefix("$entities."))
+    if v.startswith("$policy."):
+        return policy_value(v, fill.policy, where=where)
+    exact: dict[str, Any] = {
+        "$item": fill.item,
+        "$intent.user_id": fill.intent.user_id,
+        "$intent.tz": fill.intent.tz,
+    }
+    return exact.get(v, v)
 
 
 def _check_args(
@@ -545,6 +380,49 @@ def _toposort(protos: list[_Proto]) -> list[_Proto]:
 def _gate_summary(covered: list[_Proto], number: Mapping[str, int]) -> str:
     parts = [f"step {number[c.key]}: {c.uses}.{c.call}" for c in covered]
     return "approve " + "; ".join(parts)
+
+
+# ---- numbering -------------------------------------------------------------------------------
+def _number(ordered: list[_Proto], plan_id: str, intent: str) -> list[PlanStep]:
+    """The ordered proto-steps as numbered plan steps: references and ``$step.uid`` resolved with
+    the final numbers, each gate's args the summary of the writes it covers (Planner LLD §4)."""
+    number = {p.key: i + 1 for i, p in enumerate(ordered)}
+    by_template: dict[str, list[str]] = {}
+    for p in ordered:
+        by_template.setdefault(p.template, []).append(p.key)
+    gate_of_group = {p.group: p.gate_id for p in ordered if p.gate_id}
+    graph: list[PlanStep] = []
+    ancestors: dict[str, set[str]] = {}
+    for p in ordered:
+        ancestors[p.key] = set().union(*({d, *ancestors[d]} for d in p.deps)) if p.deps else set()
+        if p.gate_id is not None:
+            covered = [q for q in ordered if q.group == p.group and q.gate_id is None]
+            args = {"summary": _gate_summary(covered, number)}
+        else:
+            ctx = _RefContext(
+                step=number[p.key],
+                plan_id=plan_id,
+                number=number,
+                by_template=by_template,
+                gate=gate_of_group.get(p.group),
+                ancestors=ancestors[p.key],
+                where=f"intent {intent}, template {p.template!r}",
+            )
+            args = {k: _resolve_refs(v, ctx) for k, v in p.args.items()}
+        graph.append(
+            PlanStep(
+                step=number[p.key],
+                mode=p.mode,
+                role=p.role,
+                uses=p.uses,
+                call=p.call,
+                args=args,
+                after=sorted(number[d] for d in p.deps),
+                gate_id=p.gate_id,
+                dry_run=p.op.safety == "read" and not p.op.gate,
+            )
+        )
+    return graph
 
 
 # ---- references -------------------------------------------------------------------------------
