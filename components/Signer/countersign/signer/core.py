@@ -167,6 +167,10 @@ def _check_as_written(raw_env: Mapping[str, Any], written: Mapping[str, Any]) ->
 def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
     """Verify a signed-plan document as read from JSON (parse it with ``loads_strict``).
 
+    The checks run in this order, each raising at the first failure: the document's shape
+    (``_parts``), the envelope as written (``_envelope``), the plan's hash (``_digest``), the
+    signature (``_check_signature``), the plan contract and its normal form (``_plan``).
+
     Args:
         document: decoded JSON: ``{"plan": {...}, "signature": {...}, "plan_hash": "..."}``.
             All three are required; the envelope and ``plan_hash`` must be exactly as
@@ -183,6 +187,16 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
         UnknownKeyError / KeyRevokedError: from ``keys``.
         BadSignatureError: the signature does not hold over this plan.
     """
+    raw_plan, raw_env, stated = _parts(document)
+    envelope, written = _envelope(raw_env)
+    data, digest = _digest(raw_plan, stated)
+    _check_signature(envelope, written, digest, keys, plan_id=raw_plan.get("plan_id"))
+    plan = _plan(raw_plan, data)
+    return VerifiedPlan(plan=plan, plan_hash=digest, envelope=envelope, canonical=data)
+
+
+def _parts(document: Any) -> tuple[Mapping[str, Any], Mapping[str, Any], str]:
+    """The plan, the envelope and the stated hash of a signed-plan document (Signer SPEC §2)."""
     if isinstance(document, SignedPlan):
         document = document.to_json()
     if not isinstance(document, Mapping):
@@ -203,12 +217,23 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
         raise MalformedEnvelopeError(
             f"plan_hash: found {_short(stated)}, expected a string of 64 lower-case hex digits"
         )
+    return raw_plan, raw_env, stated
+
+
+def _envelope(raw_env: Mapping[str, Any]) -> tuple[SignatureEnvelope, dict[str, Any]]:
+    """The envelope, parsed and checked as written; with its ``to_json()`` (computed once: the
+    as-written check and the signed message both read it)."""
     try:
         envelope = parse_contract(SignatureEnvelope, raw_env, what="signature")
     except ContractError as e:
         raise MalformedEnvelopeError(e.message) from e
-    written = envelope.to_json()  # once: the as-written check and the signed message
+    written = envelope.to_json()
     _check_as_written(raw_env, written)
+    return envelope, written
+
+
+def _digest(raw_plan: Mapping[str, Any], stated: str) -> tuple[bytes, str]:
+    """The plan's canonical bytes as read and their hash, which must be the stated one."""
     try:
         data = canonical_bytes(raw_plan)
     except ContractError as e:
@@ -218,6 +243,19 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
         raise HashMismatchError(
             f"plan_hash {stated[:16]}… stated, {digest[:16]}… computed from the plan"
         )
+    return data, digest
+
+
+def _check_signature(
+    envelope: SignatureEnvelope,
+    written: Mapping[str, Any],
+    digest: str,
+    keys: KeyLookup,
+    *,
+    plan_id: Any,
+) -> None:
+    """The envelope's signature holds over the signing message (Ed25519 once per triple per
+    process: ``PROVEN``)."""
     verify_key = keys.verify_key(envelope.pubkey_id)
     try:
         sig = base64.b64decode(envelope.signature, validate=True)
@@ -229,8 +267,12 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
     except (NaclBadSignature, binascii.Error, ValueError) as e:
         raise BadSignatureError(
             f"signature by key {envelope.pubkey_id!r} does not hold over plan "
-            f"{raw_plan.get('plan_id')!r} (hash {digest[:16]}…)"
+            f"{plan_id!r} (hash {digest[:16]}…)"
         ) from e
+
+
+def _plan(raw_plan: Mapping[str, Any], data: bytes) -> Plan:
+    """The signed plan as a ``Plan``, whose canonical bytes must be the ones verified."""
     try:
         plan = parse_contract(Plan, raw_plan, what="plan")
     except ContractError as e:
@@ -239,4 +281,4 @@ def verify_signed_plan(document: Any, *, keys: KeyLookup) -> VerifiedPlan:
         raise MalformedEnvelopeError(
             "signed plan is not in normal form (its parsed content differs from its bytes)"
         )
-    return VerifiedPlan(plan=plan, plan_hash=digest, envelope=envelope, canonical=data)
+    return plan
