@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
+from pgvector import Vector
 
 from countersign.kernel import RetrievalWeights
 from countersign.planlibrary import (
@@ -33,7 +34,6 @@ from countersign.planlibrary import (
     PlanLibrary,
     WordLlamaEmbedder,
     fit_dim,
-    vector_literal,
 )
 from countersign.storage import Database, embedded_server
 
@@ -216,7 +216,7 @@ def load_library(
                 cp.write_row(
                     (
                         *r[:4],
-                        vector_literal(fit_dim(v, 384)),
+                        Vector(fit_dim(v, 384)),
                         r[4],
                         r[5],
                         r[6],
@@ -310,9 +310,7 @@ def part1(db: Database, n: int, nq: int) -> None:
 def part2(db: Database, sizes: list[int], nq: int) -> None:
     embedder = WordLlamaEmbedder()
     rng = random.Random(99)
-    qvecs = [
-        vector_literal(fit_dim(v, 384)) for v in embedder.embed(requests(random.Random(5), nq))
-    ]
+    qvecs = [Vector(fit_dim(v, 384)) for v in embedder.embed(requests(random.Random(5), nq))]
     raw = db.engine.raw_connection()
     cur = raw.cursor()
     cur.execute("CREATE TABLE bench_vectors (id bigint PRIMARY KEY, embedding vector(384))")
@@ -330,7 +328,7 @@ def part2(db: Database, sizes: list[int], nq: int) -> None:
                     for _ in range(min(5000, n - start))
                 ]
                 for j, v in enumerate(embedder.embed(texts)):
-                    cp.write_row((start + j, vector_literal(fit_dim(v, 384))))
+                    cp.write_row((start + j, Vector(fit_dim(v, 384))))
         raw.commit()
         have = n
         cur.execute("SET maintenance_work_mem = '4GB'")

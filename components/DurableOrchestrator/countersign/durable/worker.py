@@ -62,7 +62,6 @@ _PASSTHROUGH = (
     "httpx",
     "httpcore",
     "sqlalchemy",
-    "sqlmodel",
     "psycopg",
     "psycopg_pool",
     "nacl",

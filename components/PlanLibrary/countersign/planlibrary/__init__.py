@@ -14,7 +14,7 @@ from .embeddings import (
 from .errors import EmbeddingError, EmbeddingUnavailableError, LibraryInputError
 from .lexical import Bm25Index
 from .models import Candidate, LibraryEntry, Ranked
-from .store import PlanLibrary, vector_literal
+from .store import PlanLibrary
 
 __all__ = [
     "Bm25Index",
@@ -37,6 +37,5 @@ __all__ = [
     "rank",
     "terms",
     "to_evidence",
-    "vector_literal",
     "why_line",
 ]

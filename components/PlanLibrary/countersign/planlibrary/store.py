@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from pgvector import Vector
 from sqlalchemy import Connection, text
 
 from countersign.kernel import Evidence, Intent, RetrievalWeights
@@ -23,7 +24,7 @@ from .embeddings import Embedder, fit_dim
 from .errors import EmbeddingError, LibraryInputError
 from .models import Candidate, LibraryEntry, Ranked
 
-__all__ = ["PlanLibrary", "vector_literal"]
+__all__ = ["PlanLibrary"]
 
 _COLS = "plan_id, user_id, intent, text, success_count, failure_count, last_used_at, created_at"
 
@@ -34,11 +35,6 @@ SMALL_LIBRARY = 5000
 LEXICAL_ROWS = 3000
 #: a small library's rows, materialized once per statement (the shared indexes are skipped)
 _MINE = "(SELECT * FROM plan_library WHERE user_id = :u OFFSET 0)"
-
-
-def vector_literal(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector (``[0.1,0.2,…]``), for ``CAST(:v AS vector)``."""
-    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
 
 
 def _entry(row: Any) -> LibraryEntry:
@@ -99,12 +95,13 @@ class PlanLibrary:
             )
         return dim
 
-    def embed(self, texts: Sequence[str]) -> list[str]:
-        """The texts' vectors as pgvector literals fitted to the column."""
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        """The texts' vectors fitted to the column, as pgvector values (Storage registers
+        pgvector's psycopg adapter on every connection: they are bound as ``vector``)."""
         dim = self.column_dim()
-        return [vector_literal(fit_dim(v, dim)) for v in self.embedder.embed(list(texts))]
+        return [Vector(fit_dim(v, dim)) for v in self.embedder.embed(list(texts))]
 
-    def upsert(self, c: Connection, entry: LibraryEntry, *, vector: str | None) -> None:
+    def upsert(self, c: Connection, entry: LibraryEntry, *, vector: Vector | None) -> None:
         """Insert or refresh one plan's row (text, embedding) in the caller's transaction; its
         outcome counts and last use are kept (PlanWriter sets them)."""
         c.execute(
@@ -187,7 +184,7 @@ class PlanLibrary:
         k: int,
         *,
         intent: str | None = None,
-        vector: str | None = None,
+        vector: Vector | None = None,
         small: bool = False,
     ) -> list[Candidate]:
         """Full-text candidates: the ``k`` best by ``ts_rank`` of an OR of the query's terms
@@ -204,7 +201,9 @@ class PlanLibrary:
         rows = c.execute(
             text(  # only constant fragments are formatted in; every value is bound
                 f"""
-                SELECT top.*, 1 - (top.embedding <=> CAST(:v AS vector)) AS cos,
+                SELECT top.plan_id, top.user_id, top.intent, top.text, top.success_count,
+                       top.failure_count, top.last_used_at, top.created_at, top.lex,
+                       1 - (top.embedding <=> CAST(:v AS vector)) AS cos,
                        ARRAY(SELECT t FROM unnest(CAST(:terms AS text[])) AS t
                              WHERE top.tsv @@ to_tsquery('simple', t)) AS matched
                 FROM (SELECT m.*, ts_rank(m.tsv, to_tsquery('simple', :tsq)) AS lex
@@ -244,7 +243,7 @@ class PlanLibrary:
         self,
         c: Connection,
         user_id: str,
-        vector: str,
+        vector: Vector,
         k: int,
         *,
         intent: str | None = None,

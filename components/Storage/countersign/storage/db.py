@@ -23,7 +23,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, text
+from pgvector.psycopg.vector import register_vector_info
+from psycopg.types import TypeInfo
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 
 from countersign.kernel import Settings
@@ -107,6 +109,19 @@ def _sqlalchemy_url(url: str) -> str:
     return url
 
 
+def _vector_type(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    """pgvector's psycopg adapter on a pooled connection once the ``vector`` type exists
+    (migration 0001 creates it): a ``pgvector.Vector`` is sent as a ``vector`` value (binary)
+    and a ``vector`` column reads back as one. Checked at checkout, so a connection opened
+    before the first migration gets it at its next use; one catalog query per connection."""
+    if record.info.get("vector"):
+        return
+    info = TypeInfo.fetch(dbapi_connection, "vector")
+    if info is not None:
+        register_vector_info(dbapi_connection, info)
+        record.info["vector"] = True
+
+
 @dataclass
 class Database:
     """An engine plus the schema guarantee (migrated to head)."""
@@ -135,6 +150,7 @@ class Database:
         engine = create_engine(
             _sqlalchemy_url(url), pool_size=10, max_overflow=60, pool_pre_ping=True, future=True
         )
+        event.listen(engine, "checkout", _vector_type)
         db = cls(engine=engine)
         try:
             with engine.connect() as c:
