@@ -1,4 +1,5 @@
-"""The error tree is complete: every class has its own code, and GLOBAL_SPEC §11 draws it."""
+"""The error tree is complete: every class has its own code, and GLOBAL_SPEC §11 draws it
+with the HTTP status the API answers it with."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from countersign.api.problems import status_for
 from countersign.durable.worker import connect
 from countersign.kernel import CountersignError
 from countersign.kernel.process import ServiceError
@@ -60,6 +62,39 @@ def test_global_spec_draws_the_whole_tree() -> None:
         if c.code not in listed or c.__name__ not in listed
     )
     assert missing == [], f"GLOBAL_SPEC §11 does not list: {missing}"
+
+
+def _spec_rows() -> dict[str, tuple[str, int]]:
+    """GLOBAL_SPEC §11's table: class name → (code, HTTP status); a row may name several
+    classes, with their codes in the same order."""
+    spec = (ROOT / "GLOBAL_SPEC.md").read_text()
+    section = spec[spec.index("## 11. Errors") : spec.index("## 11a.")]
+    rows: dict[str, tuple[str, int]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[2].isdigit():
+            continue
+        names = re.findall(r"`([A-Za-z0-9_]+)`", cells[0])
+        codes = re.findall(r"`([A-Za-z0-9_]+)`", cells[1])
+        assert len(names) == len(codes), f"GLOBAL_SPEC §11 row {cells[0]!r}: names ≠ codes"
+        for name, code in zip(names, codes, strict=True):
+            assert name not in rows, f"GLOBAL_SPEC §11 lists {name} twice"
+            rows[name] = (code, int(cells[2]))
+    return rows
+
+
+def test_global_spec_http_column_is_what_the_api_answers() -> None:
+    """Every class's row (code and HTTP status) is what the code says: ``code`` and the API's
+    ``status_for`` (built without its constructor: the status depends on the class alone)."""
+    _load_everything()
+    rows = _spec_rows()
+    wrong = []
+    for cls in _tree(CountersignError):
+        code, status = rows[cls.__name__]
+        answered = status_for(cls.__new__(cls))
+        if (code, status) != (cls.code, answered):
+            wrong.append(f"{cls.__name__}: spec {code} {status}, code {cls.code} {answered}")
+    assert wrong == [], "GLOBAL_SPEC §11 differs from the code:\n" + "\n".join(wrong)
 
 
 def test_temporal_unreachable_is_a_service_error() -> None:

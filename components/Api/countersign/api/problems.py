@@ -22,6 +22,7 @@ from countersign.kernel import (
     SignatureError,
 )
 from countersign.n8n import N8nError
+from countersign.planlibrary import EmbeddingError
 from countersign.steps import ChoiceError, OverBudgetError, PlanNotCurrentError
 from countersign.storage import (
     InProgressError,
@@ -74,6 +75,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (ForgetIncompleteError, 503),
     (KeyRingError, 503),
     (N8nError, 503),
+    (EmbeddingError, 503),  # the embedder is missing or down: the service, not the request
     (StorageError, 503),
 ]
 
