@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -338,76 +338,111 @@ class AuditLog:
 
     def verify(self, conn: Connection, *, batch: int = 5000) -> ChainReport:
         """Walk the whole chain; the first row that does not hold, and why."""
-        prev, expected_seq, count = ZERO_HASH, 1, 0
-        # rows a forget redacted (ContextRAG SPEC §5): their content is gone, so the stored
-        # content hash stands in for it; each must be named by a later memory_forgotten row
-        redacted: list[int] = []
-        named: set[int] = set()
+        walk = _ChainWalk()
         for r in _scan(conn, batch):
-            if r["seq"] != expected_seq:
-                return ChainReport(
-                    False,
-                    count,
-                    expected_seq,
-                    f"row {expected_seq} is missing (next row is {r['seq']})",
-                )
-            if r["prev_hash"] != prev:
-                return ChainReport(
-                    False,
-                    count,
-                    r["seq"],
-                    "prev_hash does not match the previous row (a row was deleted or inserted)",
-                )
-            if r.get("redacted"):
-                redacted.append(r["seq"])
-                content = r["content_hash"]
-            else:
-                try:
-                    content = content_hash(_content(format_utc(r["ts"]), r))
-                except ContractError:  # e.g. details edited to hold a number JSON cannot carry
-                    content = None
-                if r["kind"] == "memory_forgotten" and isinstance(r["details"], dict):
-                    for pair in r["details"].get("redacted_seqs") or []:
-                        if isinstance(pair, list) and len(pair) == 2:
-                            named.update(range(int(pair[0]), int(pair[1]) + 1))
-            if (
-                content is None
-                or content != r["content_hash"]
-                or row_hash(prev, r["seq"], content) != r["row_hash"]
-            ):
-                return ChainReport(
-                    False,
-                    count,
-                    r["seq"],
-                    "row content does not match its hash (the row was changed)",
-                )
-            prev, expected_seq, count = r["row_hash"], expected_seq + 1, count + 1
-        unnamed = [s for s in redacted if s not in named]
-        if unnamed:
+            broken = walk.step(r)
+            if broken is not None:
+                return broken
+        return walk.unnamed() or _check_head(conn, walk) or ChainReport(True, walk.count)
+
+
+@dataclass
+class _ChainWalk:
+    """The chain walked so far by ``verify``: the last hash, the next seq, the rows counted."""
+
+    prev: str = ZERO_HASH
+    expected_seq: int = 1
+    count: int = 0
+    # rows a forget redacted (ContextRAG SPEC §5): their content is gone, so the stored
+    # content hash stands in for it; each must be named by a later memory_forgotten row
+    redacted: list[int] = field(default_factory=list)
+    named: set[int] = field(default_factory=set)
+
+    def step(self, r: dict[str, Any]) -> ChainReport | None:
+        """Check one row against the chain so far (None: it holds, and the walk moves on)."""
+        if r["seq"] != self.expected_seq:
             return ChainReport(
                 False,
-                count,
-                unnamed[0],
-                f"row {unnamed[0]} is marked redacted but no memory_forgotten row names it",
+                self.count,
+                self.expected_seq,
+                f"row {self.expected_seq} is missing (next row is {r['seq']})",
             )
-        head = conn.execute(text("SELECT seq, last_hash FROM audit_head WHERE id = 1")).first()
-        if head is None:
-            # The head is what detects deleted newest rows; without it the chain is unprovable.
+        if r["prev_hash"] != self.prev:
             return ChainReport(
                 False,
-                count,
-                count + 1,
-                f"the audit_head row is missing (deleted); {count} rows are there but whether "
-                "newer rows were deleted cannot be checked",
+                self.count,
+                r["seq"],
+                "prev_hash does not match the previous row (a row was deleted or inserted)",
             )
-        if int(head.seq) != count or head.last_hash != prev:
+        content = self._content_of(r)
+        if (
+            content is None
+            or content != r["content_hash"]
+            or row_hash(self.prev, r["seq"], content) != r["row_hash"]
+        ):
             return ChainReport(
                 False,
-                count,
-                count + 1,
-                f"the head says {head.seq} rows but {count} are there (newest rows deleted)",
+                self.count,
+                r["seq"],
+                "row content does not match its hash (the row was changed)",
             )
-        return ChainReport(True, count)
+        self.prev, self.expected_seq, self.count = (
+            r["row_hash"],
+            self.expected_seq + 1,
+            self.count + 1,
+        )
+        return None
+
+    def _content_of(self, r: dict[str, Any]) -> str | None:
+        """The row's content hash as recomputed (the stored one for a redacted row); None when
+        its content cannot be hashed. Notes what a redacted row and a forget's row name."""
+        if r.get("redacted"):
+            self.redacted.append(r["seq"])
+            return str(r["content_hash"])
+        try:
+            content = content_hash(_content(format_utc(r["ts"]), r))
+        except ContractError:  # e.g. details edited to hold a number JSON cannot carry
+            content = None
+        if r["kind"] == "memory_forgotten" and isinstance(r["details"], dict):
+            for pair in r["details"].get("redacted_seqs") or []:
+                if isinstance(pair, list) and len(pair) == 2:
+                    self.named.update(range(int(pair[0]), int(pair[1]) + 1))
+        return content
+
+    def unnamed(self) -> ChainReport | None:
+        """The first redacted row no ``memory_forgotten`` row names, if any."""
+        unnamed = [s for s in self.redacted if s not in self.named]
+        if not unnamed:
+            return None
+        return ChainReport(
+            False,
+            self.count,
+            unnamed[0],
+            f"row {unnamed[0]} is marked redacted but no memory_forgotten row names it",
+        )
+
+
+def _check_head(conn: Connection, walk: _ChainWalk) -> ChainReport | None:
+    """The head must name the last row walked (it is what detects deleted newest rows)."""
+    count = walk.count
+    head = conn.execute(text("SELECT seq, last_hash FROM audit_head WHERE id = 1")).first()
+    if head is None:
+        # The head is what detects deleted newest rows; without it the chain is unprovable.
+        return ChainReport(
+            False,
+            count,
+            count + 1,
+            f"the audit_head row is missing (deleted); {count} rows are there but whether "
+            "newer rows were deleted cannot be checked",
+        )
+    if int(head.seq) != count or head.last_hash != walk.prev:
+        return ChainReport(
+            False,
+            count,
+            count + 1,
+            f"the head says {head.seq} rows but {count} are there (newest rows deleted)",
+        )
+    return None
 
 
 def _scan(conn: Connection, batch: int) -> Iterator[dict[str, Any]]:
