@@ -1,4 +1,4 @@
-"""PlanWriter (issue 15.5): a finished execution's outcomes → History + PlanLibrary, idempotently.
+"""PlanWriter (PlanWriter SPEC): a finished execution's outcomes → History + PlanLibrary, idempotently.
 
 For a plan whose execution ended (interactive ``execute_finished``, durable ``finish_plan``), it
 reads the plan and its steps' recorded statuses from the plan store (what the runtimes wrote),
@@ -101,9 +101,11 @@ class WriteReport:
     failure_count: int
 
 
-def normalized_facts(
-    plan: Plan, steps: list[dict[str, Any]]
-) -> list[tuple[int, str, dict[str, JsonValue], str, str]]:
+#: ``(step, key, value, history status, outcome)`` of one final step
+_Fact = tuple[int, str, dict[str, JsonValue], str, str]
+
+
+def normalized_facts(plan: Plan, steps: list[dict[str, Any]]) -> list[_Fact]:
     """``(step, key, value, history status, outcome)`` per final step: the op it called, its
     role and mode, and a handle on what it wrote (the provider's ``id`` only) — never the
     arguments or the read outputs (private content stays with the plan)."""
@@ -198,49 +200,9 @@ class PlanWriter:
             c.execute(
                 text("SELECT pg_advisory_xact_lock(hashtext('planwriter:' || :p))"), {"p": plan_id}
             )
-            new_facts = sum(
-                self.history(
-                    c,
-                    user_id=user,
-                    plan_id=plan_id,
-                    step=step,
-                    intent=intent,
-                    key=key,
-                    value=value,
-                    status=status,
-                    at=now,
-                )
-                for step, key, value, status, _ in facts
-            )
-            new_outcomes = 0
-            for step, _, value, _, outcome in facts:
-                new_outcomes += c.execute(
-                    text(
-                        """
-                        INSERT INTO outcomes (plan_id, step, provider, status, result, created_at)
-                        SELECT CAST(:p AS varchar), CAST(:s AS integer), :provider, :st,
-                               CAST(:r AS jsonb), :now
-                        WHERE NOT EXISTS (SELECT 1 FROM outcomes
-                                          WHERE plan_id = CAST(:p AS varchar)
-                                            AND step = CAST(:s AS integer))
-                        """
-                    ),
-                    {
-                        "p": plan_id,
-                        "s": step,
-                        "provider": plan.step(step).uses[:64],
-                        "st": outcome,
-                        "r": json.dumps(value),
-                        "now": now,
-                    },
-                ).rowcount
-            ok, failed = c.execute(
-                text(
-                    "SELECT count(*) FILTER (WHERE status = 'ok'), "
-                    "count(*) FILTER (WHERE status = 'failed') FROM outcomes WHERE plan_id = :p"
-                ),
-                {"p": plan_id},
-            ).one()
+            new_facts = self._record_facts(c, plan_id, plan, facts, now)
+            new_outcomes = _insert_outcomes(c, plan_id, plan, facts, now)
+            ok, failed = _count_outcomes(c, plan_id)
             entry = LibraryEntry(
                 plan_id=plan_id,
                 user_id=user,
@@ -262,3 +224,66 @@ class PlanWriter:
                 {"ok": ok, "f": failed, "new": new_outcomes > 0, "now": now, "p": plan_id},
             )
         return WriteReport(plan_id, int(new_facts), new_outcomes, int(ok), int(failed))
+
+    def _record_facts(
+        self, c: Connection, plan_id: str, plan: Plan, facts: list[_Fact], now: datetime
+    ) -> int:
+        """Step 1's history facts (``record_history``); how many were new."""
+        return sum(
+            self.history(
+                c,
+                user_id=plan.intent.user_id,
+                plan_id=plan_id,
+                step=step,
+                intent=plan.intent.intent,
+                key=key,
+                value=value,
+                status=status,
+                at=now,
+            )
+            for step, key, value, status, _ in facts
+        )
+
+
+def _insert_outcomes(
+    c: Connection, plan_id: str, plan: Plan, facts: list[_Fact], now: datetime
+) -> int:
+    """Step 1's ``outcomes`` rows, each inserted only if absent; how many were new."""
+    new_outcomes = 0
+    for step, _, value, _, outcome in facts:
+        new_outcomes += c.execute(
+            _INSERT_OUTCOME,
+            {
+                "p": plan_id,
+                "s": step,
+                "provider": plan.step(step).uses[:64],
+                "st": outcome,
+                "r": json.dumps(value),
+                "now": now,
+            },
+        ).rowcount
+    return new_outcomes
+
+
+def _count_outcomes(c: Connection, plan_id: str) -> tuple[int, int]:
+    """The plan's ``ok`` and ``failed`` outcome rows (step 2's recount)."""
+    ok, failed = c.execute(
+        text(
+            "SELECT count(*) FILTER (WHERE status = 'ok'), "
+            "count(*) FILTER (WHERE status = 'failed') FROM outcomes WHERE plan_id = :p"
+        ),
+        {"p": plan_id},
+    ).one()
+    return ok, failed
+
+
+_INSERT_OUTCOME = text(
+    """
+    INSERT INTO outcomes (plan_id, step, provider, status, result, created_at)
+    SELECT CAST(:p AS varchar), CAST(:s AS integer), :provider, :st,
+           CAST(:r AS jsonb), :now
+    WHERE NOT EXISTS (SELECT 1 FROM outcomes
+                      WHERE plan_id = CAST(:p AS varchar)
+                        AND step = CAST(:s AS integer))
+    """
+)
