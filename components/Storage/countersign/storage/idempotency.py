@@ -49,6 +49,38 @@ class Claim:
     result: Any = None
 
 
+_CLAIM_NEW = text(
+    """
+    INSERT INTO idempotency_keys (key, request_hash, state, owner, lease_until, created_at, updated_at)
+    VALUES (:k, :h, 'in_progress', :o, :lease, :now, :now)
+    ON CONFLICT (key) DO NOTHING RETURNING key
+    """
+)
+_TAKE_OVER = text(
+    "UPDATE idempotency_keys SET state = 'in_progress', owner = :o, lease_until = :lease, "
+    "sent_at = NULL, error = NULL, updated_at = :now WHERE key = :k"
+)
+
+
+def _settled(cur: Any, key: str, request_hash: str, now: datetime) -> Claim | None:
+    """What a claim of an existing key gets without taking it: the stored result of a completed
+    key, or the refusal (another request, an unknown outcome, a live lease). None: the key may
+    be taken (failed, or an expired lease)."""
+    if cur.request_hash != request_hash:
+        raise IdempotencyMismatchError(
+            f"idempotency key {key} was used for another request ({cur.request_hash[:12]}… ≠ {request_hash[:12]}…)"
+        )
+    if cur.state == "completed":
+        return Claim(key=key, state="completed", result=cur.result)
+    if cur.state == "unknown":
+        raise OutcomeUnknownError(
+            f"idempotency key {key}: outcome unknown; reconcile before retrying"
+        )
+    if cur.state == "in_progress" and cur.lease_until > now:
+        raise InProgressError(f"idempotency key {key} is in progress (owner {cur.owner})")
+    return None
+
+
 class IdempotencyLedger:
     """The ledger over the ``idempotency_keys`` table."""
 
@@ -92,7 +124,7 @@ class IdempotencyLedger:
 
         ``on_claimed(c)`` runs inside the claiming transaction when the key is claimed (new, or
         taken over): what it writes (the ``step_started`` audit row) commits with the claim or
-        not at all (issue 16.0: one transaction per decision).
+        not at all (Storage SPEC, "IdempotencyLedger": one transaction per decision).
 
         Raises:
             InProgressError: someone holds it and their lease is live (HTTP 409).
@@ -103,13 +135,7 @@ class IdempotencyLedger:
         now = self._clock()
         with self.db.tx() as c:
             row = c.execute(
-                text(
-                    """
-                    INSERT INTO idempotency_keys (key, request_hash, state, owner, lease_until, created_at, updated_at)
-                    VALUES (:k, :h, 'in_progress', :o, :lease, :now, :now)
-                    ON CONFLICT (key) DO NOTHING RETURNING key
-                    """
-                ),
+                _CLAIM_NEW,
                 {"k": key, "h": request_hash, "o": owner, "lease": now + self._lease, "now": now},
             ).first()
             if row is not None:
@@ -119,18 +145,9 @@ class IdempotencyLedger:
             cur = c.execute(
                 text("SELECT * FROM idempotency_keys WHERE key = :k FOR UPDATE"), {"k": key}
             ).one()
-            if cur.request_hash != request_hash:
-                raise IdempotencyMismatchError(
-                    f"idempotency key {key} was used for another request ({cur.request_hash[:12]}… ≠ {request_hash[:12]}…)"
-                )
-            if cur.state == "completed":
-                return Claim(key=key, state="completed", result=cur.result)
-            if cur.state == "unknown":
-                raise OutcomeUnknownError(
-                    f"idempotency key {key}: outcome unknown; reconcile before retrying"
-                )
-            if cur.state == "in_progress" and cur.lease_until > now:
-                raise InProgressError(f"idempotency key {key} is in progress (owner {cur.owner})")
+            settled = _settled(cur, key, request_hash, now)
+            if settled is not None:
+                return settled
             lost = cur.state == "in_progress" and cur.sent_at is not None
             if lost:
                 # committed before raising: the key must stay `unknown` for everyone after us
@@ -138,11 +155,7 @@ class IdempotencyLedger:
             else:
                 # failed, or in_progress whose lease expired before anything was sent: take over
                 c.execute(
-                    text(
-                        "UPDATE idempotency_keys SET state = 'in_progress', owner = :o, lease_until = :lease, "
-                        "sent_at = NULL, error = NULL, updated_at = :now WHERE key = :k"
-                    ),
-                    {"o": owner, "lease": now + self._lease, "now": now, "k": key},
+                    _TAKE_OVER, {"o": owner, "lease": now + self._lease, "now": now, "k": key}
                 )
                 if on_claimed is not None:
                     on_claimed(c)
