@@ -30,6 +30,29 @@ _STATUSES = {
 }
 
 
+_INSERT_PLAN = text(
+    """
+    INSERT INTO plans (plan_id, plan_hash, canonical, envelope, user_id, intent,
+                       registry_version, policy_version, status, created_at, updated_at)
+    VALUES (:plan_id, :plan_hash, :canonical, CAST(:envelope AS jsonb), :user_id, :intent,
+            :rv, :pv, 'signed', :now, :now)
+    ON CONFLICT (plan_id) DO NOTHING
+    RETURNING plan_id
+    """
+)
+
+
+def _check_same(c: Connection, plan_id: str, plan_hash: str) -> None:
+    """A plan id stored already must be stored with this hash (saving it again is a no-op)."""
+    existing = c.execute(
+        text("SELECT plan_hash FROM plans WHERE plan_id = :p"), {"p": plan_id}
+    ).scalar_one()
+    if existing != plan_hash:
+        raise PlanConflictError(
+            f"plan {plan_id} is stored with hash {existing[:16]}…, not {plan_hash[:16]}…"
+        )
+
+
 class PlanStore:
     """Signed plans as signed: canonical bytes, envelope, hash, provenance, status."""
 
@@ -75,16 +98,7 @@ class PlanStore:
         now = self._clock()
         with self._tx(conn) as c:
             inserted = c.execute(
-                text(
-                    """
-                    INSERT INTO plans (plan_id, plan_hash, canonical, envelope, user_id, intent,
-                                       registry_version, policy_version, status, created_at, updated_at)
-                    VALUES (:plan_id, :plan_hash, :canonical, CAST(:envelope AS jsonb), :user_id, :intent,
-                            :rv, :pv, 'signed', :now, :now)
-                    ON CONFLICT (plan_id) DO NOTHING
-                    RETURNING plan_id
-                    """
-                ),
+                _INSERT_PLAN,
                 {
                     "plan_id": plan.plan_id,
                     "plan_hash": plan_hash,
@@ -98,13 +112,7 @@ class PlanStore:
                 },
             ).first()
             if inserted is None:
-                existing = c.execute(
-                    text("SELECT plan_hash FROM plans WHERE plan_id = :p"), {"p": plan.plan_id}
-                ).scalar_one()
-                if existing != plan_hash:
-                    raise PlanConflictError(
-                        f"plan {plan.plan_id} is stored with hash {existing[:16]}…, not {plan_hash[:16]}…"
-                    )
+                _check_same(c, plan.plan_id, plan_hash)
                 return False
             for s in plan.graph:
                 c.execute(
