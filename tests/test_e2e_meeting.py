@@ -451,36 +451,6 @@ def test_n8n_down_mid_execute_then_again_exactly_one_event(stack: Stack, tmp_pat
         stop(data)
 
 
-def test_whole_plan_workflow_is_accepted_by_n8n(stack: Stack) -> None:
-    """The inspectable whole-plan workflow (Merge for the parallel reads, Wait for gate-A) is
-    accepted by the real n8n, and so is the read-only part of it, which also runs."""
-    from countersign.kernel import parse_contract
-    from countersign.workflowbuilder import build_plan_workflow, read_only_violations
-
-    doc = _signed(stack.registry, stack.keyring)
-    plan = parse_contract(Plan, doc["plan"])
-
-    async def go() -> None:
-        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
-            whole = build_plan_workflow(
-                plan, doc["plan_hash"], stack.registry, credentials=stack.creds
-            )
-            created = await client.create_workflow(whole)
-            got = await client.get_workflow(created["id"])
-            assert {n["type"] for n in got["nodes"]} >= {
-                "n8n-nodes-base.merge",
-                "n8n-nodes-base.wait",
-            }
-            assert doc["plan"]["plan_id"] in got["name"] and doc["plan_hash"][:12] in got["name"]
-            reads = build_plan_workflow(plan, doc["plan_hash"], stack.registry, steps=[1, 2])
-            assert read_only_violations(reads) == []
-            made = await client.create_workflow(reads)
-            await client.activate(made["id"])
-
-    asyncio.run(go())
-    assert stack.events() == [] and stack.mails() == 0
-
-
 # ---- a write is sent at most once, whatever happens after it left (issue 10, hole 2) ------------
 
 

@@ -18,7 +18,6 @@ from countersign.signer import plan_hash
 from countersign.workflowbuilder import (
     CredentialRef,
     build_batch_workflow,
-    build_plan_workflow,
     build_step_workflow,
     read_only_violations,
 )
@@ -59,7 +58,6 @@ def test_same_plan_same_json_snapshot(registry: Registry) -> None:
             for s in plan.graph
             if s.gate_id is None
         },
-        "plan": build_plan_workflow(plan, h, registry, credentials=CREDS),
     }
     again = {
         "steps": {
@@ -67,7 +65,6 @@ def test_same_plan_same_json_snapshot(registry: Registry) -> None:
             for s in plan.graph
             if s.gate_id is None
         },
-        "plan": build_plan_workflow(plan, h, registry, credentials=CREDS),
     }
     assert got == again
     snap = SNAP / "schedule_meeting_local.json"
@@ -86,15 +83,12 @@ def test_person_text_never_reaches_an_expression(registry: Registry, hostile: st
         for s in plan.graph
         if s.gate_id is None
     ]
-    workflows.append(build_plan_workflow(plan, h, registry, credentials=CREDS))
     for wf in workflows:
         for text in _strings(wf):
             assert hostile not in text
             if text.startswith("=") or "{{" in text:
                 # the only expressions are the builder's own fixed data references
-                assert text.startswith("={{ $json.body.data[") or text.startswith(
-                    "={{ $('Trigger')"
-                ), text
+                assert text.startswith("={{ $json.body.data["), text
     # the value still arrives, as data, in the trigger body
     create = next(s for s in plan.graph if s.call == "create_event")
     node = resolve_step(create, registry)
@@ -122,35 +116,21 @@ def test_missing_credential_is_named(registry: Registry) -> None:
         build_step_workflow(plan, plan_hash(plan), mail.step, registry)
 
 
-def test_plan_workflow_shape(registry: Registry) -> None:
-    plan = _plan(registry)
-    wf = build_plan_workflow(plan, plan_hash(plan), registry, credentials=CREDS)
-    types = [n["type"] for n in wf["nodes"]]
-    # one Merge joins the two free/busy reads; one before each mail joins the two event writes
-    assert types.count("n8n-nodes-base.merge") == 3
-    assert types.count("n8n-nodes-base.wait") == 1
-    merges = [n for n in wf["nodes"] if n["type"] == "n8n-nodes-base.merge"]
-    assert [m["parameters"]["numberInputs"] for m in merges] == [2, 2, 2]
-    assert wf["connections"]["Trigger"]["main"][0] == [
-        {"node": "Step 1 caldav.list_free_busy", "type": "main", "index": 0},
-        {"node": "Step 2 caldav.list_free_busy", "type": "main", "index": 0},
-    ]
-
-
 def test_read_only_check_catches_writes_even_if_registry_lies(registry: Registry) -> None:
     plan = _plan(registry)
     h = plan_hash(plan)
-    reads = build_plan_workflow(plan, h, registry, steps=[1, 2, 3])
-    assert read_only_violations(reads) == []
-    whole = build_plan_workflow(plan, h, registry, credentials=CREDS)
-    problems = read_only_violations(whole)
-    assert any("PUT" in p for p in problems) and any("wait" in p for p in problems)
-    assert any("emailSend" in p for p in problems)
-    forged = json.loads(json.dumps(reads))
+    built = {
+        s.step: build_step_workflow(plan, h, s.step, registry, credentials=CREDS).workflow
+        for s in plan.graph
+        if s.gate_id is None
+    }
+    reads = [built[n] for n in (1, 2, 3)]
+    assert [read_only_violations(wf) for wf in reads] == [[], [], []]
+    problems = [p for n in (5, 6, 7, 8) for p in read_only_violations(built[n])]
+    assert any("PUT" in p for p in problems) and any("emailSend" in p for p in problems)
+    forged = json.loads(json.dumps(reads[0]))
     forged["nodes"][1]["parameters"]["method"] = "={{ 'DELETE' }}"
     assert read_only_violations(forged)
-    with pytest.raises(BindingError, match="not included"):
-        build_plan_workflow(plan, h, registry, steps=[3])
 
 
 def test_step_workflows_are_shared_by_op_across_plans(registry: Registry) -> None:

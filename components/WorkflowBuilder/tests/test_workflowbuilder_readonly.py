@@ -353,12 +353,15 @@ def test_messages_name_the_parameter_the_version_reads() -> None:
 
 
 def test_builder_data_references_are_the_only_accepted_expression() -> None:
-    """The check accepts exactly what ``core._data_expr`` writes, for both workflow shapes."""
-    roots = ["$json.body", "$json", "$('Trigger').first().json.body.steps[\"3\"]"]
+    """The check accepts exactly what ``core._data_expr`` writes, for both workflow shapes (a
+    step workflow's trigger body, a batch workflow's split item), and no other root."""
+    roots = ["$json.body", "$json"]
     for root in roots:
         for path in ["url", "headerParameters.parameters[0].value", 'we"ird\\key']:
             node = _http(4.2, method="GET", url=_data_expr(root, path))
             assert read_only_violations(_wf(node)) == [], (root, path)
+    other = _data_expr("$('Trigger').first().json.body.steps[\"3\"]", "url")
+    assert read_only_violations(_wf(_http(4.2, method="GET", url=other)))
 
 
 CREDS = {

@@ -1,4 +1,4 @@
-"""WorkflowBuilder: signed plan + registry -> n8n workflow JSON (step workflows, plan workflow)."""
+"""WorkflowBuilder: signed plan + registry -> n8n workflow JSON (step and batch workflows)."""
 
 from .core import (
     HTTP_REQUEST,
@@ -6,11 +6,9 @@ from .core import (
     CredentialRef,
     StepWorkflow,
     build_batch_workflow,
-    build_plan_workflow,
     build_step_workflow,
     build_workflow_for_step,
     read_only_violations,
-    webhook_path,
 )
 
 __all__ = [
@@ -19,9 +17,7 @@ __all__ = [
     "CredentialRef",
     "StepWorkflow",
     "build_batch_workflow",
-    "build_plan_workflow",
     "build_step_workflow",
     "build_workflow_for_step",
     "read_only_violations",
-    "webhook_path",
 ]

@@ -9,17 +9,14 @@ Two shapes (WorkflowBuilder LLD §1):
   Out node over ``body.items`` and the same op node. n8n's HTTP Request node sends the requests of
   all its input items at once, so N reads of one op cost one execution instead of N concurrent
   ones (LLD §1: on 2 cores n8n's per-execution work is the preview's bottleneck).
-- **Plan workflow** (what a person inspects in n8n, and the sequential baseline the benchmark
-  compares against): the whole DAG in one workflow — a node per step, ``after`` as connections,
-  a Merge node where dependencies join, a Wait node per gate (resumed only by the orchestrator
-  after it redeemed a gate token; never by a bare link).
 
-Injection rule (ARCHITECTURE.md §3.8): a node's parameters are the registry's constants plus, for
-every data-bound parameter, a fixed expression written here that reads a JSON value from the
-trigger body (``={{ $json.body.data["url"] }}``). Values a person supplied travel only as JSON data;
-no person text is ever placed where n8n evaluates expressions.
+Injection rule (WorkflowBuilder SPEC, "no injection"): a node's parameters are the registry's
+constants plus, for every data-bound parameter, a fixed expression written here that reads a JSON
+value from the trigger body (``={{ $json.body.data["url"] }}``). Values a person supplied travel
+only as JSON data; no person text is ever placed where n8n evaluates expressions.
 
-Same plan ⇒ same JSON (ids are uuid5 of the plan hash and step; no clock, no randomness).
+Same op binding ⇒ same JSON (ids are uuid5 of the binding's content key; no clock, no
+randomness).
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,16 +32,7 @@ from countersign.binding import BoundNode, idempotency_header_path, resolve_step
 from countersign.kernel import BindingError, Plan, PlanStep
 from countersign.registry import Registry
 
-from .readonly import (
-    CODE,
-    HTTP_REQUEST,
-    MERGE,
-    READ_METHODS,
-    SPLIT_OUT,
-    WAIT,
-    WEBHOOK,
-    read_only_violations,
-)
+from .readonly import CODE, HTTP_REQUEST, READ_METHODS, SPLIT_OUT, WEBHOOK, read_only_violations
 
 __all__ = [
     "HTTP_REQUEST",
@@ -52,11 +40,9 @@ __all__ = [
     "CredentialRef",
     "StepWorkflow",
     "build_batch_workflow",
-    "build_plan_workflow",
     "build_step_workflow",
     "build_workflow_for_step",
     "read_only_violations",
-    "webhook_path",
 ]
 
 _NS: Final = uuid.UUID("5b0b3c0e-6f7e-4a53-9c61-636f756e7465")  # "counte…": a fixed namespace
@@ -81,11 +67,6 @@ class StepWorkflow:
     step: int
     path: str
     workflow: dict[str, Any]
-
-
-def webhook_path(plan_id: str, plan_hash: str, step: int) -> str:
-    """The production webhook path of a plan workflow (unique per plan content)."""
-    return f"cs-{plan_id.lower()}-{plan_hash[:12]}-s{step}"
 
 
 def _uid(*parts: object) -> str:
@@ -145,7 +126,7 @@ def _credentials(bound: BoundNode, creds: Mapping[str, CredentialRef]) -> dict[s
 
 
 def _trigger(
-    plan_hash: str, key: object, path: str, creds: Mapping[str, CredentialRef]
+    content: str, role: str, path: str, creds: Mapping[str, CredentialRef]
 ) -> dict[str, Any]:
     params: dict[str, Any] = {
         "httpMethod": "POST",
@@ -155,12 +136,12 @@ def _trigger(
         "options": {},
     }
     node: dict[str, Any] = {
-        "id": _uid(plan_hash, key, "trigger"),
+        "id": _uid(content, role, "trigger"),
         "name": TRIGGER,
         "type": WEBHOOK,
         "typeVersion": 2,
         "position": [0, 0],
-        "webhookId": _uid(plan_hash, key, "webhook"),
+        "webhookId": _uid(content, role, "webhook"),
         "parameters": params,
     }
     auth = creds.get("httpHeaderAuth")
@@ -178,10 +159,6 @@ def _settings() -> dict[str, Any]:
         "saveManualExecutions": False,
         "callerPolicy": "workflowsFromSameOwner",
     }
-
-
-def _name(plan: Plan, plan_hash: str, what: str) -> str:
-    return f"countersign {plan.plan_id} {what} [{plan_hash[:12]}]"
 
 
 def build_step_workflow(
@@ -311,89 +288,3 @@ def build_batch_workflow(
         "settings": _settings(),
     }
     return StepWorkflow(step=s.step, path=path, workflow=workflow)
-
-
-def build_plan_workflow(
-    plan: Plan,
-    plan_hash: str,
-    registry: Registry,
-    *,
-    steps: Iterable[int] | None = None,
-    credentials: Mapping[str, CredentialRef] | None = None,
-) -> dict[str, Any]:
-    """The whole plan (or the subset ``steps``, closed under dependencies) as one workflow.
-
-    Trigger body: ``{"steps": {"<n>": {"data": {...}, "args": {...}}}}``.
-    """
-    creds = credentials or {}
-    chosen = sorted(set(steps) if steps is not None else {s.step for s in plan.graph})
-    for n in chosen:
-        missing = set(plan.step(n).after) - set(chosen)
-        if missing:
-            raise BindingError(f"step {n} depends on {sorted(missing)}, which are not included")
-    path = webhook_path(plan.plan_id, plan_hash, 0)
-    nodes: list[dict[str, Any]] = [_trigger(plan_hash, "plan", path, creds)]
-    connections: dict[str, Any] = {}
-    names: dict[int, str] = {}
-    depth: dict[int, int] = {}
-
-    def connect(src: str, dst: str, index: int = 0) -> None:
-        outs = connections.setdefault(src, {"main": [[]]})["main"][0]
-        outs.append({"node": dst, "type": "main", "index": index})
-
-    for row, n in enumerate(chosen):
-        s = plan.step(n)
-        depth[n] = 1 + max((depth[d] for d in s.after), default=0)
-        x = depth[n] * 300 + (150 if len(s.after) > 1 else 0)
-        names[n] = f"Step {n} {s.uses}.{s.call}"
-        if s.gate_id is not None:
-            node: dict[str, Any] = {
-                "id": _uid(plan_hash, n, "node"),
-                "name": f"Step {n} {s.gate_id}",
-                "type": WAIT,
-                "typeVersion": 1.1,
-                "position": [x, row * 200],
-                "webhookId": _uid(plan_hash, n, "resume"),
-                "parameters": {"resume": "webhook", "httpMethod": "POST", "options": {}},
-            }
-            names[n] = node["name"]
-        else:
-            bound = resolve_step(s, registry)
-            root = f"$('{TRIGGER}').first().json.body.steps[{json.dumps(str(n))}]"
-            node = {
-                "id": _uid(plan_hash, n, "node"),
-                "name": names[n],
-                "type": bound.node_type,
-                "typeVersion": bound.type_version,
-                "position": [x, row * 200],
-                "parameters": _node_parameters(bound, root),
-            }
-            cred = _credentials(bound, creds)
-            if cred is not None:
-                node["credentials"] = cred
-        nodes.append(node)
-        if not s.after:
-            connect(TRIGGER, names[n])
-        elif len(s.after) == 1:
-            connect(names[s.after[0]], names[n])
-        else:
-            merge = f"Merge before step {n}"
-            nodes.append(
-                {
-                    "id": _uid(plan_hash, n, "merge"),
-                    "name": merge,
-                    "type": MERGE,
-                    "typeVersion": 3,
-                    "position": [x - 150, (row + 1) * 200],
-                    "parameters": {"numberInputs": len(s.after)},
-                }
-            )
-            for i, d in enumerate(s.after):
-                connect(names[d], merge, i)
-            connect(merge, names[n])
-    return {
-        "name": _name(plan, plan_hash, "plan"),
-        "nodes": nodes,
-        "connections": connections,
-        "settings": _settings(),
-    }

@@ -28,7 +28,7 @@ the method, a header name or a body: the URL and the *value* of a query or heade
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -245,10 +245,9 @@ _SENDERS: Final = frozenset(
     {"n8n-nodes-base.emailSend", "n8n-nodes-base.executeCommand", "n8n-nodes-base.ssh"}
 )
 
-#: Exactly what ``core._data_expr`` writes, for any root (step / batch / plan workflow).
+#: Exactly what ``core._data_expr`` writes, for either root (step / batch workflow).
 _DATA_REF: Final = re.compile(
-    r'=\{\{ (?:\$json\.body|\$json|\$\(\'Trigger\'\)\.first\(\)\.json\.body\.steps\["\d+"\])'
-    r'\.data\["(?:[^"\\{}]|\\[^{}])*"\] \}\}'
+    r'=\{\{ (?:\$json\.body|\$json)\.data\["(?:[^"\\{}]|\\[^{}])*"\] \}\}'
 )
 
 
@@ -298,7 +297,18 @@ def _keys(value: Mapping[Any, Any]) -> list[Any]:
     return sorted(value, key=lambda k: (type(k).__name__, str(k)))
 
 
-def _http_violations(name: str, version: float, p: Mapping[str, Any]) -> list[str]:
+@dataclass(frozen=True)
+class _Node:
+    """A node whose shape the check can read: its name, type, numeric version and parameters."""
+
+    name: str
+    type: str
+    version: float
+    params: Mapping[str, Any]
+
+
+def _http_violations(node: _Node) -> list[str]:
+    name, version, p = node.name, node.version, node.params
     spec = HTTP_REQUEST_VERSIONS.get(version)
     label = f"{name}: HTTP Request v{version:g}"
     if spec is None:
@@ -401,7 +411,8 @@ def _override_violations(label: str, spec: _HttpVersion, p: Mapping[str, Any]) -
     return out
 
 
-def _code_violations(name: str, version: float, p: Mapping[str, Any]) -> list[str]:
+def _code_violations(node: _Node) -> list[str]:
+    name, version, p = node.name, node.version, node.params
     label = f"{name}: Code v{version:g}"
     if version not in _CODE_VERSIONS:
         return [f"{label} is not a version this check knows; treated as a write"]
@@ -426,6 +437,15 @@ def _code_violations(name: str, version: float, p: Mapping[str, Any]) -> list[st
 
 
 def _node_violations(node: Mapping[str, Any]) -> list[str]:
+    checked = _checked_node(node)
+    if isinstance(checked, list):
+        return checked
+    return _BY_TYPE.get(checked.type, _connector_violations)(checked)
+
+
+def _checked_node(node: Mapping[str, Any]) -> _Node | list[str]:
+    """The node with a string type, an object of parameters and a numeric typeVersion, or why
+    it has not."""
     t, name = node.get("type"), node.get("name")
     if not isinstance(t, str):
         return [f"{name!r:.60}: node type must be a string, found {t!r:.60}"]
@@ -435,34 +455,58 @@ def _node_violations(node: Mapping[str, Any]) -> list[str]:
         return [f"{name}: parameters must be an object"]
     if version is None:
         return [f"{name}: node {t} has no numeric typeVersion ({node.get('typeVersion')!r})"]
-    if t == HTTP_REQUEST:
-        return _http_violations(str(name), version, p)
-    if t == CODE:
-        return _code_violations(str(name), version, p)
-    if t in _PURE:
-        if version in _PURE[str(t)]:
-            return []
-        return [f"{name}: node {t} v{version:g} is not a version this check knows"]
-    if t == MERGE:
-        mode = p.get("mode", "append")
-        if version in _MERGE_VERSIONS and _literal(mode, _MERGE_MODES):
-            return []
-        return [f"{name}: node {t} v{version:g} mode {mode!r:.60} is not known to be read-only"]
-    if t == WAIT:
-        return [f"{name}: node {t} is a gate; a preview never waits on one"]
-    if t in _SENDERS:
-        return [f"{name}: node {t} sends; it never runs in a preview"]
-    reads = _CONNECTOR_READS.get((str(t), version))
-    resource, operation = p.get("resource"), p.get("operation")
+    return _Node(str(name), t, version, p)
+
+
+def _pure_violations(node: _Node) -> list[str]:
+    if node.version in _PURE[node.type]:
+        return []
+    return [f"{node.name}: node {node.type} v{node.version:g} is not a version this check knows"]
+
+
+def _merge_violations(node: _Node) -> list[str]:
+    mode = node.params.get("mode", "append")
+    if node.version in _MERGE_VERSIONS and _literal(mode, _MERGE_MODES):
+        return []
+    return [
+        f"{node.name}: node {node.type} v{node.version:g} mode {mode!r:.60} is not known to be "
+        "read-only"
+    ]
+
+
+def _wait_violations(node: _Node) -> list[str]:
+    return [f"{node.name}: node {node.type} is a gate; a preview never waits on one"]
+
+
+def _sender_violations(node: _Node) -> list[str]:
+    return [f"{node.name}: node {node.type} sends; it never runs in a preview"]
+
+
+def _connector_violations(node: _Node) -> list[str]:
+    """Any other node: a connector whose (resource, operation) is a listed read, or a
+    violation."""
+    reads = _CONNECTOR_READS.get((node.type, node.version))
+    resource, operation = node.params.get("resource"), node.params.get("operation")
     if reads is not None and isinstance(operation, str) and not _is_expression(operation):
         default_resource, pairs = reads
         res = default_resource if resource is None else resource
         if isinstance(res, str) and (res, operation) in pairs:
             return []
     return [
-        f"{name}: node {t} v{version:g} resource {resource!r} operation {operation!r} is not "
-        "known to be read-only"
+        f"{node.name}: node {node.type} v{node.version:g} resource {resource!r} operation "
+        f"{operation!r} is not known to be read-only"
     ]
+
+
+#: the check of each node type this module knows; any other type is checked as a connector
+_BY_TYPE: Final[Mapping[str, Callable[[_Node], list[str]]]] = {
+    **dict.fromkeys(_PURE, _pure_violations),
+    **dict.fromkeys(_SENDERS, _sender_violations),
+    HTTP_REQUEST: _http_violations,
+    CODE: _code_violations,
+    MERGE: _merge_violations,
+    WAIT: _wait_violations,
+}
 
 
 def read_only_violations(workflow: Mapping[str, Any]) -> list[str]:
