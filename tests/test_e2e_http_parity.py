@@ -1,6 +1,6 @@
 """Interactive and durable writes send the same bytes (issue 10, hole 11).
 
-A write runs as an n8n HTTP Request node on the interactive path and as ``durable.http_call`` +
+A write runs as an n8n HTTP Request node on the interactive path and as ``steps.http.http_call`` +
 httpx in a Temporal activity. Both are fed the same registry op, arguments and settings, and a
 recording server compares what arrives: method, path and query, the body byte for byte, and the
 headers a provider acts on. Every HTTP-bound op of the registry is sent both ways, with argument
@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign.binding import render_data, resolve_step
-from countersign.durable.http import http_call, send
 from countersign.kernel import Plan, PlanStep, Policy
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.planner import make_plan
 from countersign.planner.testing import make_intent
 from countersign.registry import Registry
 from countersign.steps import N8nStepRunner, N8nTransport
+from countersign.steps.http import http_call, send
 
 #: headers a provider acts on; everything else (user-agent, accept, connection…) is the client's
 COMPARED_HEADERS = ("content-type", "idempotency-key", "if-none-match", "if-match")

@@ -10,7 +10,6 @@ from .codec import (
     payload_codec,
     rotate_payload_key,
 )
-from .http import HttpCall, http_call
 from .models import (
     ApproveGate,
     PlanInput,
@@ -45,7 +44,6 @@ __all__ = [
     "ApproveGate",
     "DurableActivities",
     "EncryptionCodec",
-    "HttpCall",
     "PayloadCodecError",
     "PayloadKeyUnknownError",
     "PayloadKeys",
@@ -65,7 +63,6 @@ __all__ = [
     "connect",
     "data_converter",
     "durable_starter",
-    "http_call",
     "make_worker",
     "payload_codec",
     "register_search_attributes",

@@ -44,9 +44,9 @@ from countersign.steps import (
     compensation_steps,
     idempotency_key,
 )
+from countersign.steps.http import HttpCall, http_call, send
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError, PlanStore
 
-from .http import HttpCall, http_call, send
 from .models import CompensateCall, FinishCall, ReconcileCall, RedeemCall, StepCall
 
 __all__ = ["PLAN_STATUS", "DurableActivities"]

@@ -4,8 +4,7 @@ Durable steps run as Temporal activities, and the execute-time staleness re-chec
 (issue 16.0); both perform exactly the HTTP call the registry's ``n8n-nodes-base.httpRequest``
 binding describes (method, URL, query, headers, body), with values rendered by
 ``countersign.binding.render_data`` — the same bytes n8n would send (tests/test_e2e_http_parity.py).
-Moved here from DurableOrchestrator (``countersign.durable.http`` re-exports it) so that the
-interactive runtime shares the one request builder.
+It sits in StepRunner so that both runtimes share the one request builder.
 """
 
 from __future__ import annotations
