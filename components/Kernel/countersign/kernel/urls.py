@@ -47,23 +47,42 @@ _LEGACY_V4 = re.compile(r"[0-9a-fx.]+")
 
 def url_refusal(url: str, *, allow_hosts: Collection[str] = ()) -> str | None:
     """Why a connector may not call ``url`` (module docstring), or None when it may."""
-    if not url.isprintable() or re.search(r"[\s\\]", url):
-        return "holds whitespace, a backslash or a control character"
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in {"http", "https"}:
-        return f"scheme {parts.scheme or 'none'!r}: only http and https URLs"
     try:
-        host = (parts.hostname or "").rstrip(".")
-    except ValueError:
-        return "its host cannot be read"
-    if not host:
-        return "names no host"
-    if "%" in host:
-        return f"host {host!r} is percent-encoded"
+        host = _host(url)
+    except _RefusedError as e:
+        return str(e)
     ip = _address(host)
     allowed = {h.lower().rstrip(".") for h in allow_hosts}
     if host in allowed or (ip is not None and str(ip) in allowed):
         return None
+    return _metadata_or_link_local(host, ip)
+
+
+class _RefusedError(Exception):
+    """A URL refused before its host is looked at as an address (the message says why)."""
+
+
+def _host(url: str) -> str:
+    """The host an http(s) ``url`` names, as a URL parser reads it (no trailing dot); raises
+    ``_RefusedError`` on anything in the way of reading it the same way every time."""
+    if not url.isprintable() or re.search(r"[\s\\]", url):
+        raise _RefusedError("holds whitespace, a backslash or a control character")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in {"http", "https"}:
+        raise _RefusedError(f"scheme {parts.scheme or 'none'!r}: only http and https URLs")
+    try:
+        host = (parts.hostname or "").rstrip(".")
+    except ValueError as e:
+        raise _RefusedError("its host cannot be read") from e
+    if not host:
+        raise _RefusedError("names no host")
+    if "%" in host:
+        raise _RefusedError(f"host {host!r} is percent-encoded")
+    return host
+
+
+def _metadata_or_link_local(host: str, ip: IP | None) -> str | None:
+    """Why ``host`` is refused as a metadata service or a link-local address, in any spelling."""
     if host in METADATA_HOSTS:
         return f"host {host!r} is a cloud metadata service (name it in the policy's allow_hosts)"
     for view in _views(ip) if ip is not None else ():
