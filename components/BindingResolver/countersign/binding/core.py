@@ -4,7 +4,7 @@ Pure. The output separates what the registry author wrote (``parameters``: const
 placed in the node as they are) from what comes from people or deployments (``data``: each entry
 says which node parameter gets which arg / template / setting / formatter). The WorkflowBuilder
 feeds ``data`` to the node as JSON values through fixed expressions it writes itself, so person
-text never reaches a place where n8n evaluates expressions (ARCHITECTURE.md §3.8).
+text never reaches a place where n8n evaluates expressions (BindingResolver SPEC).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from countersign.kernel import BindingError, Contract, PlanStep
-from countersign.registry import Idempotency, Registry, template_fields
+from countersign.registry import Idempotency, ParamSpec, Registry, template_fields
 
 __all__ = ["BoundNode", "DataBinding", "resolve_step", "set_path"]
 
@@ -111,22 +111,9 @@ def resolve_step(
         if spec.const is not None:
             set_path(params, path, spec.const)
             continue
-        if spec.arg is not None:
-            if spec.arg not in step.args:
-                continue  # an optional arg that this step does not set
-            data[path] = DataBinding(kind="arg", name=spec.arg)
-        elif spec.template is not None:
-            for is_setting, name in template_fields(spec.template):
-                if is_setting:
-                    needed.add(name)
-                elif name not in step.args:
-                    raise BindingError(f"{where}: parameter {path} needs arg {name!r}")
-            data[path] = DataBinding(kind="template", template=spec.template)
-        elif spec.setting is not None:
-            needed.add(spec.setting)
-            data[path] = DataBinding(kind="setting", name=spec.setting)
-        elif spec.fn is not None:
-            data[path] = DataBinding(kind="fn", fn=spec.fn, fn_args=spec.fn_args)
+        binding = _data_binding(path, spec, step.args, needed, where)
+        if binding is not None:
+            data[path] = binding
     if settings is not None:
         absent = sorted(needed - set(settings))
         if absent:
@@ -146,3 +133,26 @@ def resolve_step(
         settings=sorted(needed),
         idempotency=op.idempotency,
     )
+
+
+def _data_binding(
+    path: str, spec: ParamSpec, args: Mapping[str, Any], needed: set[str], where: str
+) -> DataBinding | None:
+    """Where the value of the node parameter at ``path`` comes from at run time (None: an
+    optional arg this step does not set); the deployment settings it reads are added to
+    ``needed``."""
+    if spec.arg is not None:
+        return DataBinding(kind="arg", name=spec.arg) if spec.arg in args else None
+    if spec.template is not None:
+        for is_setting, name in template_fields(spec.template):
+            if is_setting:
+                needed.add(name)
+            elif name not in args:
+                raise BindingError(f"{where}: parameter {path} needs arg {name!r}")
+        return DataBinding(kind="template", template=spec.template)
+    if spec.setting is not None:
+        needed.add(spec.setting)
+        return DataBinding(kind="setting", name=spec.setting)
+    if spec.fn is not None:
+        return DataBinding(kind="fn", fn=spec.fn, fn_args=spec.fn_args)
+    return None
