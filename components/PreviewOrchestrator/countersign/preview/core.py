@@ -25,10 +25,11 @@ from countersign.kernel import (
     CountersignError,
     Plan,
     PreviewWrapper,
+    SignedPlan,
     StepRole,
 )
 from countersign.registry import Registry
-from countersign.signer import KeyLookup
+from countersign.signer import KeyLookup, VerifiedPlan
 from countersign.steps import (
     N8nStepRunner,
     PreviewRefusedError,
@@ -150,7 +151,7 @@ def plan_preview(
 
 
 async def run_preview(
-    document: Any,
+    document: SignedPlan | Mapping[str, Any],
     *,
     keys: KeyLookup,
     registry: Registry,
@@ -162,10 +163,12 @@ async def run_preview(
     only: set[int] | None = None,
     now: datetime,
 ) -> PreviewResult:
-    """Preview a signed plan.
+    """Preview a signed plan: verify (``verify_or_audit``), decide every step first
+    (``_decided``), run the reads (``_ran``), then the wrapper with its fingerprints.
 
     Args:
-        document: the signed-plan document as received.
+        document: the signed plan — the document as received (verified as written, Signer
+            SPEC §2), or a ``SignedPlan`` (verified as its ``to_json()``).
         only: restrict to these steps (and what they depend on); the execute-time staleness check
             re-runs just the reads its writes depend on.
 
@@ -180,24 +183,10 @@ async def run_preview(
     verified = verify_or_audit(
         document, keys=keys, recorder=recorder, actor=actor, registry=registry, now=now
     )
-    plan = verified.plan
     creds = credentials or {}
-    try:
-        steps = sorted(
-            plan_preview(plan, verified.plan_hash, registry, only=only, credentials=creds)
-        )
-    except PreviewRefusedError as e:
-        recorder.preview_done(
-            verified,
-            {},
-            actor=actor,
-            latency_ms=0,
-            status="refused",
-            reason="; ".join(e.problems),
-        )
-        raise
+    steps = _decided(verified, registry, recorder, actor=actor, only=only, credentials=creds)
     runner = N8nStepRunner(
-        plan=plan,
+        plan=verified.plan,
         plan_hash=verified.plan_hash,
         registry=registry,
         transport=transport,
@@ -206,31 +195,67 @@ async def run_preview(
         read_only=True,
         batch_reads=True,
     )
+    outputs, ms = await _ran(verified, steps, runner, recorder, actor=actor)
+    prints = {n: fingerprint(o) for n, o in outputs.items()}
+    recorder.preview_done(
+        verified, prints, actor=actor, latency_ms=ms, status="ok", reason=None, outputs=outputs
+    )
+    wrapper = PreviewWrapper(
+        normalized={
+            "plan_id": verified.plan.plan_id,
+            "plan_hash": verified.plan_hash,
+            "steps": {str(n): outputs[n] for n in sorted(outputs)},
+            "fingerprints": {str(n): prints[n] for n in sorted(prints)},
+        },
+        can_execute=all(_ok(o) for o in outputs.values()),
+    )
+    return PreviewResult(wrapper=wrapper, outputs=outputs, fingerprints=prints)
+
+
+def _decided(
+    verified: VerifiedPlan,
+    registry: Registry,
+    recorder: StepRecorder,
+    *,
+    actor: str,
+    only: set[int] | None,
+    credentials: Mapping[str, CredentialRef],
+) -> list[int]:
+    """The steps the preview runs, in order (``plan_preview``); a refusal is recorded (audited,
+    ``refused``) before it is raised."""
+    try:
+        return sorted(
+            plan_preview(
+                verified.plan, verified.plan_hash, registry, only=only, credentials=credentials
+            )
+        )
+    except PreviewRefusedError as e:
+        recorder.preview_done(
+            verified, {}, actor=actor, latency_ms=0, status="refused", reason="; ".join(e.problems)
+        )
+        raise
+
+
+async def _ran(
+    verified: VerifiedPlan,
+    steps: list[int],
+    runner: N8nStepRunner,
+    recorder: StepRecorder,
+    *,
+    actor: str,
+) -> tuple[dict[int, Any], int]:
+    """The reads' outputs (one scheduler, ``run_dag``) and how long they took (ms); a failed read
+    is recorded (``error`` with its code) before it is raised."""
     t0 = time.perf_counter()
     try:
-        outputs = await run_dag(plan, steps, runner.run)
+        outputs = await run_dag(verified.plan, steps, runner.run)
     except CountersignError as e:
         ms = int((time.perf_counter() - t0) * 1000)
         recorder.preview_done(
             verified, {}, actor=actor, latency_ms=ms, status="error", reason=e.code
         )
         raise
-    ms = int((time.perf_counter() - t0) * 1000)
-    prints = {n: fingerprint(o) for n, o in outputs.items()}
-    ok = all(_ok(o) for o in outputs.values())
-    recorder.preview_done(
-        verified, prints, actor=actor, latency_ms=ms, status="ok", reason=None, outputs=outputs
-    )
-    wrapper = PreviewWrapper(
-        normalized={
-            "plan_id": plan.plan_id,
-            "plan_hash": verified.plan_hash,
-            "steps": {str(n): outputs[n] for n in sorted(outputs)},
-            "fingerprints": {str(n): prints[n] for n in sorted(prints)},
-        },
-        can_execute=ok,
-    )
-    return PreviewResult(wrapper=wrapper, outputs=outputs, fingerprints=prints)
+    return outputs, int((time.perf_counter() - t0) * 1000)
 
 
 def _ok(output: Any) -> bool:
