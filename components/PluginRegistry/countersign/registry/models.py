@@ -221,6 +221,13 @@ class Operation(Contract):
 
     @model_validator(mode="after")
     def _safety_rules(self) -> Operation:
+        self._check_safety()
+        self._check_declared_reads()
+        return self
+
+    def _check_safety(self) -> None:
+        """A write is never previewable, declares its idempotency and scopes; only a write has a
+        compensation; a gate op does not write."""
         if self.safety == "write":
             if self.previewable:
                 raise ValueError("a write op cannot be previewable")
@@ -232,6 +239,10 @@ class Operation(Contract):
             raise ValueError("only write ops have a compensation")
         if self.gate and self.safety != "read":
             raise ValueError("a gate op is not itself a write")
+
+    def _check_declared_reads(self) -> None:
+        """Params, budget, offers and lock read only declared args (and only a write has a
+        budget)."""
         accepted = self.args.all()
         for path, spec in self.params.items():
             missing = spec.arg_names() - accepted
@@ -250,7 +261,6 @@ class Operation(Contract):
             missing = {n for s, n in template_fields(self.lock) if not s} - accepted
             if missing:
                 raise ValueError(f"lock reads undeclared arg(s) {sorted(missing)}")
-        return self
 
 
 class Connector(Contract):
