@@ -89,13 +89,17 @@ class VisaSandbox:
 
     def route(self, req: Request) -> Answer:
         """The HTTP entry point."""
-        parts = req.path.strip("/").split("/")
         if req.method == "GET" and req.path == "/":
             with self._lock:
                 return Answer(200, html=self._page())
         if req.path.startswith("/_sandbox/"):
             with self._lock:
                 return self._admin(req)
+        return self._consulate(req)
+
+    def _consulate(self, req: Request) -> Answer:
+        """``/consulates/<id>/…``: search slots, hold or release one, book, cancel a booking."""
+        parts = req.path.strip("/").split("/")
         if len(parts) < 3 or parts[0] != "consulates":
             return Answer(404, {"error": f"no route {req.method} {req.path}"})
         consulate, what, rest = parts[1], parts[2], parts[3:]
@@ -106,10 +110,13 @@ class VisaSandbox:
         if what == "bookings" and not rest and req.method == "POST":
             return self._book(req)
         if what == "bookings" and len(rest) == 1 and req.method == "DELETE":
-            with self._lock:
-                self.cancelled.append(rest[0])
-            return Answer(200, {"cancelled": True})
+            return self._cancel(rest[0])
         return Answer(404, {"error": f"no route {req.method} {req.path}"})
+
+    def _cancel(self, booking: str) -> Answer:
+        with self._lock:
+            self.cancelled.append(booking)
+        return Answer(200, {"cancelled": True})
 
     def _search(self, consulate: str, req: Request) -> Answer:
         with self._lock:
