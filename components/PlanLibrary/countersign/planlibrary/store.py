@@ -36,6 +36,26 @@ LEXICAL_ROWS = 3000
 #: a small library's rows, materialized once per statement (the shared indexes are skipped)
 _MINE = "(SELECT * FROM plan_library WHERE user_id = :u OFFSET 0)"
 
+#: the lexical candidates of ``PlanLibrary.lexical`` (every value is bound; ``{source}`` is
+#: ``plan_library`` or ``_MINE``)
+_LEXICAL = """
+SELECT top.plan_id, top.user_id, top.intent, top.text, top.success_count,
+       top.failure_count, top.last_used_at, top.created_at, top.lex,
+       1 - (top.embedding <=> CAST(:v AS vector)) AS cos,
+       ARRAY(SELECT t FROM unnest(CAST(:terms AS text[])) AS t
+             WHERE top.tsv @@ to_tsquery('simple', t)) AS matched
+FROM (SELECT m.*, ts_rank(m.tsv, to_tsquery('simple', :tsq)) AS lex
+      FROM (SELECT plan_id, user_id, intent, text, success_count, failure_count,
+                   last_used_at, created_at, tsv, embedding
+            FROM {source} AS pl
+            WHERE user_id = :u AND tsv @@ to_tsquery('simple', :match)
+              AND (CAST(:intent AS text) IS NULL OR intent = :intent)
+            LIMIT :cap) AS m
+      ORDER BY lex DESC, created_at DESC
+      LIMIT :k) AS top
+ORDER BY lex DESC, created_at DESC
+"""
+
 
 def _entry(row: Any) -> LibraryEntry:
     m = row._mapping
@@ -199,25 +219,8 @@ class PlanLibrary:
         match = q if small else self._match_terms(c, q)
         source = _MINE if small else "plan_library"
         rows = c.execute(
-            text(  # only constant fragments are formatted in; every value is bound
-                f"""
-                SELECT top.plan_id, top.user_id, top.intent, top.text, top.success_count,
-                       top.failure_count, top.last_used_at, top.created_at, top.lex,
-                       1 - (top.embedding <=> CAST(:v AS vector)) AS cos,
-                       ARRAY(SELECT t FROM unnest(CAST(:terms AS text[])) AS t
-                             WHERE top.tsv @@ to_tsquery('simple', t)) AS matched
-                FROM (SELECT m.*, ts_rank(m.tsv, to_tsquery('simple', :tsq)) AS lex
-                      FROM (SELECT plan_id, user_id, intent, text, success_count, failure_count,
-                                   last_used_at, created_at, tsv, embedding
-                            FROM {source} AS pl
-                            WHERE user_id = :u AND tsv @@ to_tsquery('simple', :match)
-                              AND (CAST(:intent AS text) IS NULL OR intent = :intent)
-                            LIMIT :cap) AS m
-                      ORDER BY lex DESC, created_at DESC
-                      LIMIT :k) AS top
-                ORDER BY lex DESC, created_at DESC
-                """  # noqa: S608
-            ),
+            # only a constant fragment (the table, or the person's rows) is formatted in
+            text(_LEXICAL.format(source=source)),
             {
                 "tsq": " | ".join(q),
                 "match": " | ".join(match),
