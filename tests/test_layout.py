@@ -107,7 +107,8 @@ def test_production_code_never_asserts() -> None:
 _FLOORS: dict[str, set[str]] = {"kernel": set()}
 _FLOORS |= {name: {"kernel"} for name in ("registry", "signer", "storage", "n8n", "sandbox")}
 _FLOORS["audit"] = {"kernel", "storage"}
-_FLOORS["approvals"] = {"kernel", "storage", "audit"}
+#: approvals signs each decision's receipt through the Signer's seam (its ``ReceiptFields``)
+_FLOORS["approvals"] = {"kernel", "storage", "audit", "signer"}
 _FLOORS["binding"] = {"kernel", "registry"}
 _FLOORS["workflowbuilder"] = {"kernel", "registry", "binding"}
 _FLOORS["planner"] = {"kernel", "registry", "signer"}

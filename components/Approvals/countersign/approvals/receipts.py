@@ -18,9 +18,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from sqlalchemy import Connection, text
+
+from countersign.signer import ReceiptFields
 
 __all__ = ["ReceiptSigner", "SignedReceiptLike", "append_receipt", "read_receipts"]
 
@@ -47,21 +49,9 @@ class SignedReceiptLike(Protocol):
 class ReceiptSigner(Protocol):
     """Builds and signs the receipt of one decision (``countersign.signer.ReceiptKeySigner``)."""
 
-    def sign_receipt(
-        self,
-        *,
-        plan_id: str,
-        plan_hash: str,
-        gate_id: str,
-        user_id: str,
-        choice_hash: str,
-        decision: str,
-        decided_at: datetime,
-        token_id: str | None,
-        previous_receipt_hash: str | None,
-        seq: int,
-    ) -> SignedReceiptLike:
-        """The signed receipt with exactly these fields."""
+    def sign_receipt(self, **fields: Unpack[ReceiptFields]) -> SignedReceiptLike:
+        """The signed receipt with exactly these fields (their one definition is the Signer's
+        ``ReceiptFields``, Signer SPEC §5)."""
         ...
 
 

@@ -40,7 +40,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from nacl.exceptions import BadSignatureError as NaclBadSignature
 from nacl.signing import SigningKey, VerifyKey
@@ -65,6 +65,7 @@ __all__ = [
     "RECEIPT_FIELDS",
     "BundleKeys",
     "BundleReport",
+    "ReceiptFields",
     "ReceiptKeySigner",
     "SignedReceipt",
     "load_bundle",
@@ -79,19 +80,28 @@ __all__ = [
 RECEIPT_DOMAIN = b"countersign/receipt/v1\x00"
 #: The export head's domain (a head is never a receipt, nor the reverse).
 HEAD_DOMAIN = b"countersign/receipt-head/v1\x00"
+
+
+class ReceiptFields(TypedDict):
+    """The fields of one gate decision's receipt, exactly (the one definition: ``make_receipt``,
+    ``ReceiptKeySigner.sign_receipt`` and the Approvals ``ReceiptSigner`` seam take these as
+    keyword arguments). ``decided_at`` is a datetime here; the receipt spells it in UTC."""
+
+    plan_id: str
+    plan_hash: str
+    gate_id: str
+    user_id: str
+    choice_hash: str
+    decision: str
+    decided_at: datetime
+    token_id: str | None
+    previous_receipt_hash: str | None
+    seq: int
+
+
 #: The receipt's fields, exactly (a receipt with any other key set is refused).
-RECEIPT_FIELDS = (
-    "plan_id",
-    "plan_hash",
-    "gate_id",
-    "user_id",
-    "choice_hash",
-    "decision",
-    "decided_at",
-    "token_id",
-    "previous_receipt_hash",
-    "seq",
-)
+RECEIPT_FIELDS: tuple[str, ...] = tuple(ReceiptFields.__annotations__)
+
 _BUNDLE_FIELDS = {"signed_plan", "receipts", "head", "public_keys"}
 _HEAD_FIELDS = {"plan_id", "plan_hash", "receipts", "last_receipt_hash", "exported_at"}
 _ENTRY_FIELDS = {"receipt", "signature"}
@@ -114,40 +124,27 @@ class SignedReceipt:
         return {"receipt": self.receipt, "signature": self.signature}
 
 
-def make_receipt(
-    *,
-    plan_id: str,
-    plan_hash: str,
-    gate_id: str,
-    user_id: str,
-    choice_hash: str,
-    decision: str,
-    decided_at: datetime,
-    token_id: str | None,
-    previous_receipt_hash: str | None,
-    seq: int,
-) -> dict[str, Any]:
+def make_receipt(**fields: Unpack[ReceiptFields]) -> dict[str, Any]:
     """The receipt document of one gate decision (every field a string, ``null`` or ``seq``).
 
     Raises:
-        ContractError: ``decision`` is not approved/rejected or ``seq`` is not positive.
+        ContractError: not exactly the receipt's fields, ``decision`` is not approved/rejected
+            or ``seq`` is not positive.
     """
-    if decision not in {"approved", "rejected"}:
-        raise ContractError(f"receipt decision {decision!r}: expected 'approved' or 'rejected'")
-    if seq < 1:
-        raise ContractError(f"receipt seq {seq}: expected 1 or more")
-    return {
-        "plan_id": plan_id,
-        "plan_hash": plan_hash,
-        "gate_id": gate_id,
-        "user_id": user_id,
-        "choice_hash": choice_hash,
-        "decision": decision,
-        "decided_at": format_utc(decided_at),
-        "token_id": token_id,
-        "previous_receipt_hash": previous_receipt_hash,
-        "seq": seq,
-    }
+    if set(fields) != set(RECEIPT_FIELDS):
+        raise ContractError(
+            f"receipt fields {sorted(fields)}: expected exactly {sorted(RECEIPT_FIELDS)}"
+        )
+    if fields["decision"] not in {"approved", "rejected"}:
+        raise ContractError(
+            f"receipt decision {fields['decision']!r}: expected 'approved' or 'rejected'"
+        )
+    if fields["seq"] < 1:
+        raise ContractError(f"receipt seq {fields['seq']}: expected 1 or more")
+    given: dict[str, Any] = dict(fields)
+    receipt = {name: given[name] for name in RECEIPT_FIELDS}  # in the documented order
+    receipt["decided_at"] = format_utc(fields["decided_at"])
+    return receipt
 
 
 def receipt_message(receipt: Mapping[str, Any]) -> bytes:
@@ -184,35 +181,10 @@ class ReceiptKeySigner:
     def __init__(self, ring: KeyRing) -> None:
         self.ring = ring
 
-    def sign_receipt(
-        self,
-        *,
-        plan_id: str,
-        plan_hash: str,
-        gate_id: str,
-        user_id: str,
-        choice_hash: str,
-        decision: str,
-        decided_at: datetime,
-        token_id: str | None,
-        previous_receipt_hash: str | None,
-        seq: int,
-    ) -> SignedReceipt:
+    def sign_receipt(self, **fields: Unpack[ReceiptFields]) -> SignedReceipt:
         """Build and sign the receipt of one decision (``make_receipt`` + ``sign_receipt``)."""
         pubkey_id, key = self.ring.active()
-        receipt = make_receipt(
-            plan_id=plan_id,
-            plan_hash=plan_hash,
-            gate_id=gate_id,
-            user_id=user_id,
-            choice_hash=choice_hash,
-            decision=decision,
-            decided_at=decided_at,
-            token_id=token_id,
-            previous_receipt_hash=previous_receipt_hash,
-            seq=seq,
-        )
-        return sign_receipt(receipt, key=key, pubkey_id=pubkey_id)
+        return sign_receipt(make_receipt(**fields), key=key, pubkey_id=pubkey_id)
 
     def sign_head(self, statement: Mapping[str, Any]) -> dict[str, Any]:
         """Sign an export head statement with the active key: ``{"statement", "signature"}``."""
