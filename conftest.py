@@ -6,7 +6,7 @@ import pytest
 pytest_plugins: list[str] = [
     "countersign.planner.testing",
     "countersign.n8n.testing",
-    "countersign.n8n.providers",
+    "countersign.sandbox.testing",
     "countersign.storage.testing",
     "countersign.api.testing",
 ]

@@ -1,4 +1,5 @@
-"""The local protocol peers themselves: Radicale stores events, aiosmtpd keeps mails."""
+"""The sandbox fixtures (`countersign.sandbox.testing`) themselves: Radicale stores events, aiosmtpd
+keeps mails."""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
-"""Pytest plugin: the sandbox providers (``countersign.sandbox``, their one home) as fixtures.
+"""Pytest plugin: the sandbox providers as fixtures (loaded by the repository's ``conftest.py``).
 
 - ``radicale``: a Radicale CalDAV server (no auth) with helpers to create calendars and count
-  events (``.ics`` files) per calendar.
-- ``smtp_server``: an aiosmtpd SMTP server that keeps every message it received.
+  events (``.ics`` files) per calendar;
+- ``smtp_server``: an aiosmtpd SMTP server that keeps every message it received;
 - ``shop_sandbox``: a fresh sandbox shop.
 
-The classes are re-exported for older imports; new code imports them from ``countersign.sandbox``.
+Thin wrappers over this package's ``serve_*`` (Sandbox SPEC: the tests use the same providers a
+newcomer runs; no second copy). The visa service's fixture, ``sandbox``, is the
+DurableOrchestrator's (``countersign.durable.testing``), the one component that polls it.
 """
 
 from __future__ import annotations
@@ -14,25 +16,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from countersign.sandbox import (
-    Radicale,
-    ShopSandbox,
-    SmtpSink,
-    serve_radicale,
-    serve_shop,
-    serve_smtp,
-    start_radicale,
-)
+from .caldav import Radicale, serve_radicale
+from .mailbox import SmtpSink, serve_smtp
+from .shop import ShopSandbox, serve_shop
 
-__all__ = [
-    "Radicale",
-    "ShopSandbox",
-    "SmtpSink",
-    "radicale",
-    "shop_sandbox",
-    "smtp_server",
-    "start_radicale",
-]
+__all__ = ["radicale", "shop_sandbox", "smtp_server"]
 
 
 @pytest.fixture(scope="session")
