@@ -7,29 +7,22 @@ Exit codes (GLOBAL_SPEC.md §7): 0 ok; 1 refused or failed (bad signature, key r
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any
 
 import typer
 
-from countersign.api.cli import register as register_api_verbs
 from countersign.audit.cli import app as audit_app
 from countersign.durable.cli import app as temporal_app
 from countersign.durable.runtime import temporal_status
 from countersign.kernel import (
-    CountersignError,
     Evidence,
     InputError,
     Intent,
     Needs,
-    PlanningError,
     Policy,
     Settings,
-    SignatureError,
     loads_strict,
     loads_yaml_strict,
     parse_contract,
@@ -41,13 +34,33 @@ from countersign.planner import make_plan
 from countersign.registry import load_registry
 from countersign.sandbox import sandbox_status
 from countersign.sandbox.cli import app as sandbox_app
-from countersign.signer import KeyRing, fresh_seed, open_keyring, sign_plan, verify_signed_plan
+from countersign.signer import (
+    KeyRing,
+    VerifiedPlan,
+    fresh_seed,
+    open_keyring,
+    sign_plan,
+    verify_signed_plan,
+)
 from countersign.steps import StoreRecorder
 from countersign.storage import Database
 
 from .db import app as db_app
+from .exits import EXIT_NEEDS, guard, print_json
+from .plans import (
+    approve_cmd,
+    cancel_cmd,
+    events_cmd,
+    execute_cmd,
+    plans_app,
+    preview_cmd,
+    reconcile_cmd,
+    reject_cmd,
+)
 from .receipts import receipts_app
+from .serve import api_cmd, login_link_cmd
 from .stack import stack_down, stack_running, stack_up, wait_for_interrupt
+from .users import users_app
 
 __all__ = ["app", "main"]
 
@@ -68,30 +81,18 @@ app.add_typer(n8n_app, name="n8n")
 app.add_typer(temporal_app, name="temporal")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(receipts_app, name="receipts")
-register_api_verbs(app)
-
-EXIT_REFUSED = 1
-EXIT_INPUT = 2
-EXIT_NEEDS = 3
-
-R = TypeVar("R")
-
-
-def _fail(code: int, message: str) -> NoReturn:
-    typer.echo(" ".join(message.split()), err=True)
-    raise typer.Exit(code)
-
-
-def _guard(fn: Callable[[], R]) -> R:
-    """Run a command body, mapping our errors to one line on stderr and an exit code."""
-    try:
-        return fn()
-    except (InputError, PlanningError) as e:
-        _fail(EXIT_INPUT, e.one_line())
-    except SignatureError as e:
-        _fail(EXIT_REFUSED, e.one_line())
-    except CountersignError as e:
-        _fail(EXIT_REFUSED, e.one_line())
+# the service verbs (the same service the HTTP API uses), in the order `--help` lists them
+app.add_typer(users_app, name="users")
+app.add_typer(plans_app, name="plans")
+app.command("api")(api_cmd)
+app.command("login-link")(login_link_cmd)
+app.command("preview")(preview_cmd)
+app.command("approve")(approve_cmd)
+app.command("reject")(reject_cmd)
+app.command("execute")(execute_cmd)
+app.command("cancel")(cancel_cmd)
+app.command("reconcile")(reconcile_cmd)
+app.command("events")(events_cmd)
 
 
 def _now() -> datetime:
@@ -111,10 +112,6 @@ def read_document(path: Path) -> Any:
     if path.suffix in {".yaml", ".yml"}:
         return loads_yaml_strict(data, what=str(path))
     return loads_strict(data, what=str(path))
-
-
-def _print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 
 
 def plan_document(
@@ -162,11 +159,11 @@ def plan_cmd(
             read_document(policy) if policy else {},
             now=_now(),
         )
-        _print_json(doc)
+        print_json(doc)
         if "needs" in doc:
             raise typer.Exit(EXIT_NEEDS)
 
-    _guard(body)
+    guard(body)
 
 
 @app.command("verify")
@@ -182,7 +179,7 @@ def verify_cmd(file: Annotated[Path, typer.Argument(help="Signed plan JSON file.
             f"key={verified.envelope.pubkey_id}"
         )
 
-    _guard(body)
+    guard(body)
 
 
 @registry_app.command("validate")
@@ -198,7 +195,7 @@ def registry_validate(
             f"ok version={reg.version} connectors={len(reg.connectors)} intents={len(reg.intents)}"
         )
 
-    _guard(body)
+    guard(body)
 
 
 @keys_app.command("init")
@@ -210,7 +207,7 @@ def keys_init() -> None:
         ring = KeyRing.init(settings.keys_dir, now=_now(), seed=fresh_seed())
         typer.echo(f"created key ring in {settings.keys_dir}; active key {ring.active()[0]}")
 
-    _guard(body)
+    guard(body)
 
 
 @keys_app.command("rotate")
@@ -223,7 +220,7 @@ def keys_rotate() -> None:
         new_id = ring.rotate(now=_now(), seed=fresh_seed())
         typer.echo(f"active key is now {new_id}")
 
-    _guard(body)
+    guard(body)
 
 
 @keys_app.command("revoke")
@@ -235,7 +232,7 @@ def keys_revoke(pubkey_id: Annotated[str, typer.Argument(help="Key id, e.g. k1."
         KeyRing.load(settings.keys_dir).revoke(pubkey_id, now=_now())
         typer.echo(f"revoked {pubkey_id}")
 
-    _guard(body)
+    guard(body)
 
 
 @keys_app.command("list")
@@ -247,7 +244,7 @@ def keys_list() -> None:
         for info in KeyRing.load(settings.keys_dir).infos():
             typer.echo(f"{info.pubkey_id}\t{info.status}\t{info.public_key}")
 
-    _guard(body)
+    guard(body)
 
 
 @app.command("up")
@@ -275,54 +272,59 @@ def up_cmd(
     print where everything is, with a one-time login link. Stays in the foreground (logs in the
     data folder) until Ctrl-C, which stops everything; ``--detach`` returns instead."""
 
-    def body() -> None:
-        settings = Settings()
+    guard(lambda: _up(Settings(), intent, services=services, port=port, detach=detach))
 
-        def say(line: str) -> None:
-            typer.echo(line, err=True)
 
-        if services and stack_running(settings, port):
-            say(f"the stack of {settings.home} is already running: http://127.0.0.1:{port}")
-            say("open a new login link with: countersign login-link")
-            return
-        example = (
-            settings.registry_dir.parent
-            / "usecases"
-            / "meeting"
-            / "fixtures"
-            / "default.intent.json"
-        )
-        reg = load_registry(settings.registry_dir)
-        say(f"registry ok: version {reg.version[:16]}…")
-        ring = open_keyring(settings, now=_now(), create=True)
-        say(f"key ring ok: active key {ring.active()[0]} in {settings.keys_dir}")
-        info = stack_up(settings, port=port, say=say) if services else None
-        recorder: StoreRecorder | None = None
-        if services or settings.database_url is not None:
-            db = Database.open(settings)
-            recorder = StoreRecorder(db, clock=system_clock)
-        doc = plan_document(settings, read_document(intent or example), [], {}, now=_now())
-        if "needs" in doc:
-            _print_json(doc)
-            raise typer.Exit(EXIT_NEEDS)
-        verified = verify_signed_plan(doc, keys=ring)
-        if recorder is not None:
-            # the one store path that writes the plan_signed audit row with the plan (Audit SPEC)
-            recorder.remember(verified, actor=verified.plan.intent.user_id)
-            say(f"signed, verified and stored plan {verified.plan.plan_id}")
-        else:
-            say(f"signed, verified plan {verified.plan.plan_id} (not stored: no database)")
-        if info is None:
-            _print_json(doc)
-            return
-        for line in info.lines():
-            typer.echo(line)
-        if detach:
-            return
-        typer.echo("running; Ctrl-C stops everything")
-        wait_for_interrupt(lambda: stack_down(settings, say=say))
+def _say(line: str) -> None:
+    """``up``'s progress, on stderr (stdout carries the plan or the stack's addresses)."""
+    typer.echo(line, err=True)
 
-    _guard(body)
+
+def _up(
+    settings: Settings, intent: Path | None, *, services: bool, port: int, detach: bool
+) -> None:
+    """``up``'s body: check the registry and key ring, start the stack, run the main job, then
+    print where everything is and wait (unless ``detach``)."""
+    if services and stack_running(settings, port):
+        _say(f"the stack of {settings.home} is already running: http://127.0.0.1:{port}")
+        _say("open a new login link with: countersign login-link")
+        return
+    example = (
+        settings.registry_dir.parent / "usecases" / "meeting" / "fixtures" / "default.intent.json"
+    )
+    reg = load_registry(settings.registry_dir)
+    _say(f"registry ok: version {reg.version[:16]}…")
+    ring = open_keyring(settings, now=_now(), create=True)
+    _say(f"key ring ok: active key {ring.active()[0]} in {settings.keys_dir}")
+    info = stack_up(settings, port=port, say=_say) if services else None
+    recorder: StoreRecorder | None = None
+    if services or settings.database_url is not None:
+        db = Database.open(settings)
+        recorder = StoreRecorder(db, clock=system_clock)
+    doc = plan_document(settings, read_document(intent or example), [], {}, now=_now())
+    if "needs" in doc:
+        print_json(doc)
+        raise typer.Exit(EXIT_NEEDS)
+    _store_signed(verify_signed_plan(doc, keys=ring), recorder)
+    if info is None:
+        print_json(doc)
+        return
+    for line in info.lines():
+        typer.echo(line)
+    if detach:
+        return
+    typer.echo("running; Ctrl-C stops everything")
+    wait_for_interrupt(lambda: stack_down(settings, say=_say))
+
+
+def _store_signed(verified: VerifiedPlan, recorder: StoreRecorder | None) -> None:
+    """Store the verified plan when there is a database, through the one store path that writes
+    the ``plan_signed`` audit row with the plan (Audit SPEC)."""
+    if recorder is not None:
+        recorder.remember(verified, actor=verified.plan.intent.user_id)
+        _say(f"signed, verified and stored plan {verified.plan.plan_id}")
+    else:
+        _say(f"signed, verified plan {verified.plan.plan_id} (not stored: no database)")
 
 
 @app.command("down")
@@ -336,7 +338,7 @@ def down_cmd() -> None:
 def status_cmd() -> None:
     """Where each service is, as JSON."""
     settings = Settings()
-    _print_json(
+    print_json(
         {
             "n8n": n8n_status(settings.home / "n8n"),
             "temporal": temporal_status(settings.home / "temporal"),

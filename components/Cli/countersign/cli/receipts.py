@@ -13,12 +13,14 @@ import binascii
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
 from countersign.kernel import CountersignError, InputError, Settings
 from countersign.signer import load_bundle, verify_bundle
+
+from .exits import EXIT_INPUT, EXIT_REFUSED, fail
 
 __all__ = ["receipts_app"]
 
@@ -26,12 +28,6 @@ receipts_app = typer.Typer(
     help="Signed approval receipts: export a plan's bundle, verify one offline.",
     no_args_is_help=True,
 )
-EXIT_REFUSED, EXIT_INPUT = 1, 2
-
-
-def _fail(code: int, message: str) -> NoReturn:
-    typer.echo(" ".join(message.split()), err=True)
-    raise typer.Exit(code)
 
 
 def _trusted(pins: list[str] | None) -> dict[str, str] | None:
@@ -66,9 +62,9 @@ def verify_cmd(
             raise InputError(f"{bundle}: cannot read: {e.strerror}") from e
         report = verify_bundle(load_bundle(data, what=str(bundle)), trusted=_trusted(trust_key))
     except InputError as e:
-        _fail(EXIT_INPUT, e.one_line())
+        fail(EXIT_INPUT, e.one_line())
     except CountersignError as e:
-        _fail(EXIT_REFUSED, e.one_line())
+        fail(EXIT_REFUSED, e.one_line())
     else:
         typer.echo(
             f"ok plan_id={report.plan_id} receipts={report.receipts} "
@@ -90,13 +86,13 @@ def export_cmd(
     try:
         stack = open_stack(Settings())
         try:
-            doc = stack.service.receipts(plan_id, user)
+            doc = stack.services.views.receipts(plan_id, user)
         finally:
-            stack.service.db.dispose()
+            stack.services.db.dispose()
     except InputError as e:
-        _fail(EXIT_INPUT, e.one_line())
+        fail(EXIT_INPUT, e.one_line())
     except CountersignError as e:
-        _fail(EXIT_REFUSED, e.one_line())
+        fail(EXIT_REFUSED, e.one_line())
     else:
         text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
         if out is None:

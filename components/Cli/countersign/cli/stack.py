@@ -89,26 +89,9 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
     db = Database.open(settings)
     say(f"database ok: schema {db.current_revision()}")
     n8n_dir = settings.home / "n8n"
-    if not n8n_status(n8n_dir).get("healthy"):
-        say("starting n8n (installs into the cache on first use, ~5 min once) …")
-        n8n_start(
-            n8n_install(settings.cache_dir),
-            n8n_dir,
-            port=settings.n8n_port,
-            extra_env={"N8N_EXPRESSION_ENGINE": settings.n8n_expression_engine},
-        )
+    _start_n8n(settings, n8n_dir, say)
     say(f"n8n ok: http://127.0.0.1:{settings.n8n_port}")
-    host, _, tport = settings.temporal_address.rpartition(":")
-    if host in {"127.0.0.1", "localhost"}:  # otherwise a cluster the settings point at
-        t = temporal_start(
-            settings.home / "temporal",
-            port=int(tport),
-            ui_port=int(tport) + 1000,
-            # the UI asks the API to open sealed payloads for the signed-in person
-            ui_codec_endpoint=f"http://127.0.0.1:{port}/codec",
-        )
-    else:
-        t = {"address": settings.temporal_address, "ui": "(the cluster's own UI)"}
+    t = _start_temporal(settings, port)
     say(f"temporal ok: {t['address']} (UI {t['ui']})")
     sandbox = start_sandbox(
         settings.home,
@@ -122,25 +105,9 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
             {**sandbox.connector_settings(), **settings.connector_settings}
         ),
     }
-    exe = [sys.executable, "-m", "countersign.cli"]
-    worker_pid = read_pid(run / "worker.pid")
-    if worker_pid is None or not alive(worker_pid):
-        spawn(
-            [*exe, "temporal", "worker"],
-            log=logs / "worker.log",
-            pid_file=run / "worker.pid",
-            env=env,
-        )
+    _start_worker(run, logs, env)
     say("worker ok")
-    if not stack_running(settings, port):
-        api = spawn(
-            [*exe, "api", "--port", str(port)],
-            log=logs / "api.log",
-            pid_file=run / "api.pid",
-            env=env,
-        )
-        wait_port(port, api, name="the API", log=logs / "api.log", timeout_s=60)
-        _wait_healthy(f"http://127.0.0.1:{port}/healthz", logs / "api.log")
+    _start_api(settings, port, run, logs, env)
     say(f"api ok: http://127.0.0.1:{port}")
     users = UserStore(db, clock=system_clock)
     users.ensure(LOCAL_USER)
@@ -155,6 +122,61 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
         mailbox=sandbox.mailbox_url,
         logs=logs,
     )
+
+
+def _start_n8n(settings: Settings, n8n_dir: Path, say: Callable[[str], None]) -> None:
+    """n8n, unless it already answers healthy (installed into the cache on first use)."""
+    if not n8n_status(n8n_dir).get("healthy"):
+        say("starting n8n (installs into the cache on first use, ~5 min once) …")
+        n8n_start(
+            n8n_install(settings.cache_dir),
+            n8n_dir,
+            port=settings.n8n_port,
+            extra_env={"N8N_EXPRESSION_ENGINE": settings.n8n_expression_engine},
+        )
+
+
+def _start_temporal(settings: Settings, port: int) -> dict[str, Any]:
+    """The Temporal dev server (+ UI) for a local address; a cluster the settings name as is."""
+    host, _, tport = settings.temporal_address.rpartition(":")
+    if host not in {"127.0.0.1", "localhost"}:  # a cluster the settings point at
+        return {"address": settings.temporal_address, "ui": "(the cluster's own UI)"}
+    return temporal_start(
+        settings.home / "temporal",
+        port=int(tport),
+        ui_port=int(tport) + 1000,
+        # the UI asks the API to open sealed payloads for the signed-in person
+        ui_codec_endpoint=f"http://127.0.0.1:{port}/codec",
+    )
+
+
+#: how ``up`` runs its own commands (the worker, the API) in child processes
+_EXE = [sys.executable, "-m", "countersign.cli"]
+
+
+def _start_worker(run: Path, logs: Path, env: dict[str, str]) -> None:
+    """The durable worker, unless its pid file names a live process."""
+    worker_pid = read_pid(run / "worker.pid")
+    if worker_pid is None or not alive(worker_pid):
+        spawn(
+            [*_EXE, "temporal", "worker"],
+            log=logs / "worker.log",
+            pid_file=run / "worker.pid",
+            env=env,
+        )
+
+
+def _start_api(settings: Settings, port: int, run: Path, logs: Path, env: dict[str, str]) -> None:
+    """The API on ``port``, unless it runs already; waits until it reports healthy."""
+    if not stack_running(settings, port):
+        api = spawn(
+            [*_EXE, "api", "--port", str(port)],
+            log=logs / "api.log",
+            pid_file=run / "api.pid",
+            env=env,
+        )
+        wait_port(port, api, name="the API", log=logs / "api.log", timeout_s=60)
+        _wait_healthy(f"http://127.0.0.1:{port}/healthz", logs / "api.log")
 
 
 def _wait_healthy(url: str, log: Path, timeout_s: float = 60) -> None:

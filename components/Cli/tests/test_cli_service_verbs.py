@@ -1,4 +1,5 @@
-"""The API's CLI verbs as a person runs them (subprocess), on the test database."""
+"""The service verbs (``users``, ``plans``, the plan verbs) as a person runs them (subprocess), on
+the test database."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from countersign.api import UserStore
-from countersign.api.stack import configured_credentials, load_policy
-from countersign.kernel import InputError, Settings
 from countersign.storage import Database
 
 BIN = Path(sys.executable).with_name("countersign")
@@ -69,25 +68,3 @@ def test_plan_verbs_refuse_in_one_line(
     out = _run(pg_url, tmp_path, *args)
     assert out.returncode == code, out
     assert says in out.stderr and len(out.stderr.strip().splitlines()) == 1
-
-
-def test_real_providers_are_settings_policy_file_and_n8n_credentials(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Pointing Countersign at real providers is configuration: a Policy file naming them and
-    the n8n credentials (made in the n8n editor) by type; a bad one is named."""
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("providers: {calendar: google.calendar, mail: gmail, chat: slack}\n")
-    monkeypatch.setenv("COUNTERSIGN_POLICY_FILE", str(policy))
-    monkeypatch.setenv(
-        "COUNTERSIGN_N8N_CREDENTIALS",
-        '{"googleCalendarOAuth2Api": {"id": "12", "name": "work google"}}',
-    )
-    settings = Settings()
-    assert load_policy(settings.policy_file).providers["calendar"] == "google.calendar"
-    refs = configured_credentials(settings)
-    assert refs["googleCalendarOAuth2Api"].id == "12"
-    assert load_policy(None).providers["calendar"] == "caldav"  # the sandbox by default
-    policy.write_text("providers: {calendar: [oops]}\n")
-    with pytest.raises(InputError, match="policy"):
-        load_policy(policy)
