@@ -24,6 +24,7 @@ from .models import (
     WatchState,
 )
 from .plan_workflow import PlanExecutionWorkflow
+from .reconcile import DurableReconciler, ReconcileError, ended_outcome
 from .worker import (
     TASK_QUEUE,
     connect,
@@ -43,6 +44,7 @@ __all__ = [
     "TASK_QUEUE",
     "ApproveGate",
     "DurableActivities",
+    "DurableReconciler",
     "EncryptionCodec",
     "PayloadCodecError",
     "PayloadKeyUnknownError",
@@ -51,6 +53,7 @@ __all__ = [
     "PlanExecutionWorkflow",
     "PlanInput",
     "PlanRunResult",
+    "ReconcileError",
     "Reconfigure",
     "RedeemCall",
     "RejectGate",
@@ -63,6 +66,7 @@ __all__ = [
     "connect",
     "data_converter",
     "durable_starter",
+    "ended_outcome",
     "make_worker",
     "payload_codec",
     "register_search_attributes",

@@ -15,6 +15,7 @@ from .caldav import Radicale, seed_demo_calendars, serve_radicale, start_radical
 from .core import BANNER, DEMO_PEOPLE, BusyBlock, demo_busy
 from .http import free_port
 from .mailbox import SmtpSink, serve_mailbox, serve_smtp
+from .people import SANDBOX_CONTACTS
 from .shop import ShopSandbox, serve_shop
 from .stack import (
     DEFAULT_PORTS,
@@ -30,6 +31,7 @@ __all__ = [
     "BANNER",
     "DEFAULT_PORTS",
     "DEMO_PEOPLE",
+    "SANDBOX_CONTACTS",
     "BusyBlock",
     "Radicale",
     "SandboxHandle",

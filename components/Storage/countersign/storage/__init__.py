@@ -12,8 +12,10 @@ from .errors import (
     StorageError,
     StorageInputError,
 )
+from .events import PlanEvents
 from .idempotency import Claim, IdempotencyLedger
 from .plans import PlanStore, stored_document
+from .reads import ReadPool, libpq_url
 from .sink import AuditSink
 
 __all__ = [
@@ -26,7 +28,9 @@ __all__ = [
     "LedgerStateError",
     "OutcomeUnknownError",
     "PlanConflictError",
+    "PlanEvents",
     "PlanStore",
+    "ReadPool",
     "SchemaTooNewError",
     "StorageConstraintError",
     "StorageError",
@@ -34,6 +38,7 @@ __all__ = [
     "alembic_config",
     "embedded_server",
     "embedded_url",
+    "libpq_url",
     "stop_embedded",
     "stored_document",
 ]

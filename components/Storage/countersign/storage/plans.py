@@ -252,6 +252,28 @@ class PlanStore:
             ).all()
         return {r.step: r.output for r in rows}, {r.step: r.fingerprint for r in rows}
 
+    def page(
+        self, user_id: str, *, limit: int, before: tuple[datetime, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """``user_id``'s plans (``plan_id``, ``intent``, ``created_at``), newest first: at most
+        ``limit``, those ordered after the keyset ``before`` (``created_at``, ``plan_id``) when
+        given."""
+        where, params = "user_id = :u", {"u": user_id, "n": limit}
+        if before is not None:
+            where += " AND (created_at, plan_id) < (:at, :pid)"
+            params |= {"at": before[0], "pid": before[1]}
+        with self.db.tx() as c:
+            return [
+                dict(r)
+                for r in c.execute(
+                    text(
+                        f"SELECT plan_id, intent, created_at FROM plans WHERE {where} "  # noqa: S608 - fixed text
+                        "ORDER BY created_at DESC, plan_id DESC LIMIT :n"
+                    ),
+                    params,
+                ).mappings()
+            ]
+
 
 def stored_document(row: Mapping[str, Any]) -> dict[str, Any]:
     """The signed-plan document as stored (``plans`` row: canonical bytes, envelope, hash) —
