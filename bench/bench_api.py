@@ -2,7 +2,7 @@
 
 In one run, interleaved per iteration so machine noise hits both sides alike:
 - ``POST /v1/intents`` (plan, sign, store, preview on n8n) over HTTP vs. the same engine calls
-  made directly (``PlanService.plan`` + ``preview``): the API's own cost is the difference;
+  made directly (``Planning.plan`` + ``Runs.preview``): the API's own cost is the difference;
 - approve → first external write: from the approve request to the calendar PUT arriving at the
   CalDAV server (a recording proxy in front of Radicale), through ``POST …/approve`` and
   ``POST …/execute``;
@@ -36,8 +36,7 @@ from aiosmtpd.controller import Controller
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
 
-from countersign.api import ApiConfig, PlanService, UserStore, create_app
-from countersign.api.reads import Reads
+from countersign.api import ApiConfig, Services, UserStore, build_services, create_app
 from countersign.api.testing import serve
 from countersign.kernel import Policy, Settings, source_registry_dir
 from countersign.n8n import N8nClient, free_port, install, start, stop
@@ -45,7 +44,7 @@ from countersign.registry import load_registry
 from countersign.sandbox import SmtpSink, start_radicale
 from countersign.signer import KeyRing
 from countersign.steps import N8nTransport, StepTransport
-from countersign.storage import Database, embedded_server
+from countersign.storage import Database, ReadPool, embedded_server, libpq_url
 from countersign.workflowbuilder import CredentialRef
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
@@ -173,15 +172,14 @@ def main() -> None:
                 )
             return CredentialRef(id=str(made["id"]), name="bench smtp")
 
-        dsn = db.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
-        reads = Reads.open(dsn)
-        service = PlanService(
+        dsn = libpq_url(db)
+        reads = ReadPool.open(dsn)
+        services = build_services(
             reads=reads,
             db=db,
             registry=load_registry(source_registry_dir()),
             keyring=KeyRing.from_seed(os.urandom(32), pubkey_id="k1", created_at=clock()),
             policy=LOCAL,
-            transport=None,
             connector_settings={"caldav_base_url": proxy.base_url, "smtp_from": "cs@example.com"},
             credentials={"smtp": asyncio.run(cred())},
             clock=clock,
@@ -197,10 +195,10 @@ def main() -> None:
                 yield N8nTransport(client)
 
         app = create_app(
-            service, users, ApiConfig(listen_dsn=dsn, runtime=runtime, rate_limit_per_min=0)
+            services, users, ApiConfig(listen_dsn=dsn, runtime=runtime, rate_limit_per_min=0)
         )
         with serve(app) as base:
-            run(base, key, service, proxy, n, handle)
+            run(base, key, services, proxy, n, handle)
     finally:
         stack.close()
         controller.stop()
@@ -208,7 +206,7 @@ def main() -> None:
         stop(tmp / "n8n")
 
 
-def run(base: str, key: str, service: PlanService, proxy: Recorder, n: int, handle: Any) -> None:
+def run(base: str, key: str, services: Services, proxy: Recorder, n: int, handle: Any) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     http = httpx.Client(base_url=base, headers=headers, timeout=60)
     via_api, direct, approve_write, sse, own = [], [], [], [], []
@@ -224,15 +222,17 @@ def run(base: str, key: str, service: PlanService, proxy: Recorder, n: int, hand
 
     async def engine(i: int) -> None:
         # the same service object, with its own runtime (the API's is bound to the server loop)
-        saved = service.transport
-        service.transport = direct_transport
+        saved = services.runtime.transport
+        services.runtime.use_transport(direct_transport)
         try:
-            intent = service.intent_from(meeting(f"direct {i}", 1 + i % 5)["intent"], ALICE)
-            doc = service.plan(intent, ALICE)
+            intent = services.planning.intent_from(
+                meeting(f"direct {i}", 1 + i % 5)["intent"], ALICE
+            )
+            doc = services.planning.plan(intent, ALICE)
             assert isinstance(doc, dict)
-            await service.preview(doc["plan"]["plan_id"], ALICE)
+            await services.runs.preview(doc["plan"]["plan_id"], ALICE)
         finally:
-            service.transport = saved
+            services.runtime.use_transport(saved)
 
     # warm both paths (step workflows deployed once, connections open)
     http.post("/v1/intents", json=meeting("warm", 1)).raise_for_status()

@@ -3,7 +3,7 @@ a gate"; GLOBAL_SPEC §8).
 
 - pure: ``gate_offer`` + ``check_choice`` for the meeting's slot (range) and the shop's item
   (option), and ``offered_choices`` (what the card shows);
-- the approve call on the embedded PostgreSQL (``PlanService.issue_token``: verify, registry and
+- the approve call on the embedded PostgreSQL (``Gates.issue_token``: verify, registry and
   TTL, budget, token + audit row) with the choice checks (the gate in view, the outputs seen,
   the check) and with them switched off, interleaved so both see the same machine. The aim: the
   checks add at most 5 ms to the approve's p95.
@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
 
-from countersign.api import PlanService
+from countersign.api import build_services
+from countersign.api.services import Gates
 from countersign.kernel import Intent, Plan, Policy, content_hash, source_registry_dir, system_clock
 from countersign.planner import make_plan
 from countersign.registry import Registry, load_registry
@@ -107,11 +109,12 @@ def on_db(n: int, registry: Registry, ring: KeyRing) -> dict[str, tuple[float, f
             "registry": registry,
             "keyring": ring,
             "policy": Policy(),
-            "transport": None,
             "connector_settings": {},
             "clock": system_clock,
         }
-        service, plain = PlanService(**kw), _Unchecked(**kw)
+        services = build_services(**kw)
+        service = services.gates
+        plain = _Unchecked(**{f.name: getattr(service, f.name) for f in fields(service)})
         doc, outputs = _meeting(registry, ring)
         verified = verify_signed_plan(doc, keys=ring)
         prints = {k: content_hash(v) for k, v in outputs.items()}
@@ -119,7 +122,7 @@ def on_db(n: int, registry: Registry, ring: KeyRing) -> dict[str, tuple[float, f
             verified, prints, actor=USER, latency_ms=1, status="ok", reason=None, outputs=outputs
         )
         plan_id = verified.plan.plan_id
-        slot = service.gate_choices(verified.plan)["gate-A"]["options"][2]["value"]
+        slot = services.views.gate_choices(verified.plan)["gate-A"]["options"][2]["value"]
         runs: dict[str, Callable[..., Any]] = {
             "approve with the checks": service.issue_token,
             "approve without them": plain.issue_token,
@@ -135,7 +138,7 @@ def on_db(n: int, registry: Registry, ring: KeyRing) -> dict[str, tuple[float, f
     return {k: summary(v) for k, v in times.items()}
 
 
-class _Unchecked(PlanService):
+class _Unchecked(Gates):
     """The same service with the gate-in-view and choice checks switched off (today's approve)."""
 
     def _in_view(self, plan: Plan, gate_id: str, user_id: str, row: Any) -> None:

@@ -176,7 +176,7 @@ def test_choices_outside_the_offer_are_refused_at_approve_and_at_execute(
 
 def _mint(api: ApiHarness, plan_id: str, choice: Any) -> str:
     """A token issued straight by Approvals, as a compromised or buggy front end might."""
-    doc = api.service.document(plan_id, ALICE)
+    doc = api.services.views.document(plan_id, ALICE)
     return (
         Approvals(api.db, clock=system_clock)
         .issue(

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from countersign.api import ApiConfig, PlanService, UserStore, create_app
-from countersign.api.testing import serve
+from countersign.api import ApiConfig, UserStore, build_services, create_app
+from countersign.api.testing import SANDBOX_PEOPLE, serve
 from countersign.intake import IntentProposer
 from countersign.intake.llm import LitellmProposer
 from countersign.intake.testing import FakeModel
@@ -42,20 +42,20 @@ def _chat(
     user: str,
     proposer: IntentProposer | None = None,
 ) -> Iterator[httpx.Client]:
-    service = PlanService(
+    services = build_services(
         db=db,
         registry=registry,
         keyring=keyring,
         policy=policy,
-        transport=None,
         connector_settings={},
         clock=_now,
         proposer=proposer,
+        contacts=SANDBOX_PEOPLE,
     )
     users = UserStore(db, clock=_now)
     key = users.add(user)
     with (
-        serve(create_app(service, users, ApiConfig())) as base,
+        serve(create_app(services, users, ApiConfig())) as base,
         httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c,
     ):
         yield c

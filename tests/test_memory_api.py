@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import text
 
-from countersign.api.service import execution_matcher
+from countersign.api.services import execution_matcher
 from countersign.api.testing import ALICE, BOB, ApiHarness
 from countersign.audit import AuditLog
 from countersign.contextrag import record_history

@@ -47,17 +47,17 @@ def test_open_stack_plans_with_the_configured_model(
 ) -> None:
     stack = open_stack(_settings(pg_url, tmp_path / "home", model.base))
     try:
-        service = stack.service
-        writer = service.executor.plan_writer
+        services = stack.services
+        writer = services.runtime.executor.plan_writer
         assert writer is not None
         library = writer.library
         assert isinstance(library.embedder, LiteLLMEmbedder)
-        assert library.embedder.dim == 96 and service.memory.exemplars is library
+        assert library.embedder.dim == 96 and services.memory.store.exemplars is library
         checked = len(model.requests)
         assert checked == 2  # the start-up probe and check
 
         day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        intent = service.intent_from(
+        intent = services.planning.intent_from(
             {
                 "intent": "schedule_meeting",
                 "context_budget": 5,
@@ -71,13 +71,13 @@ def test_open_stack_plans_with_the_configured_model(
             },
             ALICE,
         )
-        service.plan(intent, ALICE)
+        services.planning.plan(intent, ALICE)
         asked = model.requests[checked:]
         assert asked and all(r["authorization"] == f"Bearer {KEY}" for r in asked)
         assert any("roadmap" in str(r["body"]["input"]).lower() for r in asked), asked
     finally:
-        if stack.service.reads is not None:
-            stack.service.reads.close()
+        if stack.services.reads is not None:
+            stack.services.reads.close()
 
 
 def test_open_stack_refuses_a_model_wider_than_the_column(

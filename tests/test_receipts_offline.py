@@ -102,7 +102,7 @@ def test_a_bundle_from_real_decisions_verifies_offline_and_edits_name_the_link(
     ]
     assert receipts[0]["user_id"] == ALICE and receipts[0]["plan_hash"] == first["plan_hash"]
     assert other_bundle["receipts"][0]["receipt"]["decision"] == "rejected"
-    with api.service.db.tx() as c:  # anchored in the audit chain
+    with api.services.db.tx() as c:  # anchored in the audit chain
         anchored = list(
             c.execute(
                 text(

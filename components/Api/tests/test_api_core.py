@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from countersign.api import BadCursorError, fold_events
-from countersign.api.app import ApproveRequest, ExecuteRequest, IntentRequest, RejectRequest
 from countersign.api.core import decode_cursor, encode_cursor
+from countersign.api.models import ApproveRequest, ExecuteRequest, IntentRequest, RejectRequest
 from countersign.kernel import schema_snapshot
 
 
@@ -131,7 +131,7 @@ def test_an_undecided_gate_of_an_ended_plan_is_closed() -> None:
 
 
 def test_a_run_cancelled_in_the_temporal_ui_is_cancelled_not_failed() -> None:
-    from countersign.api.core import ended_outcome
+    from countersign.durable import ended_outcome
 
     assert ended_outcome("CANCELED") == ("cancelled", "cancelled")
     assert ended_outcome("TERMINATED") == ("terminated", "failed")

@@ -217,7 +217,7 @@ def test_a_run_terminated_outside_is_reconciled(
     watching: ApiHarness, sandbox: VisaSandbox, temporal: str
 ) -> None:
     """Terminate (from the Temporal UI or CLI) runs no workflow code, so nothing is recorded;
-    ``reconcile_durable`` (run when the API starts, and ``countersign reconcile``) records how the
+    ``DurableReconciler.reconcile`` (when the API starts; ``countersign reconcile``) records how the
     run ended, once, and leaves running runs alone."""
     api = watching
     with api.client() as alice:
@@ -230,11 +230,8 @@ def test_a_run_terminated_outside_is_reconciled(
         async def terminate_and_reconcile() -> tuple[Any, Any]:
             client = await connect(temporal)
             await client.get_workflow_handle(f"watch-{ended}").terminate("an operator")
-            api.service.use_temporal(client)
-            return (
-                await api.service.reconcile_durable(),
-                await api.service.reconcile_durable(),
-            )
+            reconciler = api.services.reconciler(client)
+            return (await reconciler.reconcile(), await reconciler.reconcile())
 
         first, again = asyncio.run(terminate_and_reconcile())
         assert [(r["plan_id"], r["outcome"]) for r in first] == [(ended, "terminated")]
@@ -255,7 +252,7 @@ def test_a_run_terminated_while_the_api_runs_is_reconciled_by_its_periodic_pass(
 ) -> None:
     """While the API is up, its periodic pass (``ApiConfig.reconcile_every_s``, here 1 s; from
     ``COUNTERSIGN_DURABLE_RECONCILE_EVERY_S`` under ``countersign up``) records a run terminated
-    from outside — nobody calls ``reconcile_durable`` or restarts the API — once, and leaves the
+    from outside — nobody reconciles by hand or restarts the API — once, and leaves the
     running one alone."""
     api = watching
     with api.client() as alice:

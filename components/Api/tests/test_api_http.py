@@ -186,12 +186,12 @@ def test_meeting_over_http_preview_approve_execute_once(api: Api) -> None:
         }
         assert shown["gates"][0]["status"] == "passed"  # approved, then its writes ran
         # PlanWriter recorded the finished plan: library counts and history, once (issue 15.5)
-        entry = api.service.executor.plan_writer.library.get(plan_id)  # type: ignore[union-attr]
+        entry = api.services.runtime.executor.plan_writer.library.get(plan_id)  # type: ignore[union-attr]
         # the gate's step and the four writes are done; the reads stay 'previewed'
         assert entry is not None and entry.success_count == 5
         assert entry.failure_count == 0 and entry.last_used_at is not None
         # the next meeting request finds it as an exemplar
-        lib = api.service.executor.plan_writer.library  # type: ignore[union-attr]
+        lib = api.services.runtime.executor.plan_writer.library  # type: ignore[union-attr]
         assert [r.entry.plan_id for r in lib.retrieve(ALICE, "meeting with alice and bob")] == [
             plan_id
         ]
@@ -498,7 +498,7 @@ def test_chat_text_with_a_model_configured(api: Api) -> None:
     OpenAI-compatible server) and checked; the reply says who understood it; a hostile answer
     falls back to the deterministic reading and plans only what the person asked for."""
     model = FakeModel()
-    api.service.proposer = LitellmProposer("openai/test", api_base=model.base, timeout_s=10)
+    api.services.chat.proposer = LitellmProposer("openai/test", api_base=model.base, timeout_s=10)
     try:
         said = "get alice and bob together tomorrow afternoon for half an hour, call it Sync"
         model.answers[:] = [
@@ -534,5 +534,5 @@ def test_chat_text_with_a_model_configured(api: Api) -> None:
             assert body["understood_by"].startswith("deterministic"), body
             assert body.get("plan", {}).get("intent", {}).get("intent") == "schedule_meeting", body
     finally:
-        api.service.proposer = None
+        api.services.chat.proposer = None
         model.close()

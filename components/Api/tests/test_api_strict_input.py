@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import TypeAdapter
 from sqlalchemy import text
 
@@ -32,7 +32,9 @@ def _counts(h: ApiHarness) -> dict[str, int]:
 
 def _body_routes(h: ApiHarness) -> list[APIRoute]:
     assert h.app is not None
-    return [r for r in h.app.routes if isinstance(r, APIRoute) and r.body_field is not None]
+    # routers are included as a whole: each route as its router declared it
+    routes = [c.original_route for c in iter_route_contexts(h.app.routes)]
+    return [r for r in routes if isinstance(r, APIRoute) and r.body_field is not None]
 
 
 def _url(route: APIRoute) -> str:

@@ -1,7 +1,8 @@
 """Api: the HTTP service (FastAPI) over the engines — intents, plans, gates, execute, events (SSE),
 audit, registry, health and metrics — with per-user keys and browser sessions."""
 
-from .app import ApiConfig, create_app
+from .app import create_app
+from .config import ApiConfig
 from .core import PlanState, fold_events
 from .errors import (
     AdminOnlyError,
@@ -17,9 +18,9 @@ from .errors import (
     UserExistsError,
     UserMismatchError,
 )
-from .events import EventHub, EventLog
-from .service import PlanService
+from .events import EventHub
 from .users import Principal, UserStore
+from .wiring import Services, build_services
 
 __all__ = [
     "AdminOnlyError",
@@ -28,19 +29,19 @@ __all__ = [
     "AuthError",
     "BadCursorError",
     "EventHub",
-    "EventLog",
     "PlanCancelledError",
     "PlanFinishedError",
     "PlanNotFoundError",
-    "PlanService",
     "PlanState",
     "Principal",
     "RateLimitedError",
+    "Services",
     "TextNotSupportedError",
     "UnknownUserError",
     "UserExistsError",
     "UserMismatchError",
     "UserStore",
+    "build_services",
     "create_app",
     "fold_events",
 ]

@@ -20,7 +20,6 @@ __all__ = [
     "PlanState",
     "decode_cursor",
     "encode_cursor",
-    "ended_outcome",
     "fold_events",
 ]
 
@@ -66,22 +65,6 @@ _ENDS = {
 }
 
 
-#: how a Temporal run that ended without recording it ended (its execution status) → the outcome
-#: recorded and the plan's status; running ones are not ended
-_TEMPORAL_ENDS = {
-    "TERMINATED": ("terminated", "failed"),
-    "TIMED_OUT": ("timed_out", "failed"),
-    "FAILED": ("failed", "failed"),
-    "CANCELED": ("cancelled", "cancelled"),
-    "COMPLETED": ("completed", "completed"),
-}
-
-
-def ended_outcome(execution_status: str) -> tuple[str, str] | None:
-    """``(outcome, plan status)`` for a run Temporal says has ended; None while it runs."""
-    return _TEMPORAL_ENDS.get(execution_status)
-
-
 @dataclass
 class PlanState:
     """What the event log says of one plan."""
@@ -125,26 +108,35 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
         if kind == "preview_run":
             _previewed(state, e.get("details"))
         if kind == "handed_off":
-            details = e.get("details")
-            wid = e.get("workflow_id") or (
-                details.get("workflow_id") if isinstance(details, Mapping) else None
-            )
-            state.workflow_id = str(wid) if wid else state.workflow_id
+            _handed_off(state, e)
         step = e.get("step")
         if step is not None and kind in _STEP_STATUS:
-            new = _STEP_STATUS[kind]
-            if kind == "step_compensated" and status != "ok":
-                new = "compensation_failed"
-            state.steps[int(step)] = new
+            failed = kind == "step_compensated" and status != "ok"
+            state.steps[int(step)] = "compensation_failed" if failed else _STEP_STATUS[kind]
         gate = e.get("op")
-        if kind.startswith("gate_") and isinstance(gate, str):
-            if kind == "gate_approved":
-                state.gates[gate] = "approved"
-            elif kind == "gate_rejected":
-                state.gates[gate] = "rejected"
-            elif kind == "gate_waiting":
-                state.gates.setdefault(gate, "waiting")
+        if kind in _GATE_STATUS and isinstance(gate, str):
+            _gate_decided(state, kind, gate)
     return state
+
+
+#: a gate event → the gate's state it records (``gate_waiting`` only for an undecided gate)
+_GATE_STATUS = {"gate_approved": "approved", "gate_rejected": "rejected", "gate_waiting": "waiting"}
+
+
+def _gate_decided(state: PlanState, kind: str, gate: str) -> None:
+    if kind == "gate_waiting":
+        state.gates.setdefault(gate, "waiting")
+    else:
+        state.gates[gate] = _GATE_STATUS[kind]
+
+
+def _handed_off(state: PlanState, event: Mapping[str, Any]) -> None:
+    """The run a plan was handed to, from the full event (``details``) or the compact one."""
+    details = event.get("details")
+    wid = event.get("workflow_id") or (
+        details.get("workflow_id") if isinstance(details, Mapping) else None
+    )
+    state.workflow_id = str(wid) if wid else state.workflow_id
 
 
 def _gates(state: PlanState, old: str, new: str) -> None:

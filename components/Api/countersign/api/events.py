@@ -1,7 +1,7 @@
-"""The plan event log: read it (a store) and hear of new rows as they commit (LISTEN/NOTIFY).
+"""Hearing of a plan's new events as they commit (LISTEN/NOTIFY).
 
 Rows are written by the database itself, in the transaction of the audit row they mirror
-(Storage migration 0002), so reading is all the service does. ``EventHub`` holds one LISTEN
+(Storage migration 0002), and read through Storage's ``PlanEvents``. ``EventHub`` holds one LISTEN
 connection for the process and wakes the event streams of the plan a notification names; a stream
 registers before it reads, so a row committed between its read and its wait still wakes it.
 """
@@ -13,52 +13,10 @@ import contextlib
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import psycopg
-from sqlalchemy import text
 
-from countersign.storage import Database
-
-from .core import PlanState, fold_events
-from .reads import Reads
-
-__all__ = ["EventHub", "EventLog"]
-
-_COLUMNS = "seq, ts, kind, step, op, status, actor, reason, details"
-
-
-@dataclass
-class EventLog:
-    """Reads a plan's events (oldest first)."""
-
-    db: Database
-    reads: Reads | None = None
-
-    def since(self, plan_id: str, after: int = 0, *, limit: int = 500) -> list[dict[str, Any]]:
-        """Events of ``plan_id`` with ``seq > after``."""
-        if self.reads is not None:
-            return self.reads.events(plan_id, after, limit)
-        with self.db.tx() as c:
-            rows = c.execute(
-                text(
-                    f"SELECT {_COLUMNS} FROM plan_events WHERE plan_id = :p AND seq > :a "  # noqa: S608 - fixed text
-                    "ORDER BY seq LIMIT :n"
-                ),
-                {"p": plan_id, "a": after, "n": limit},
-            ).mappings()
-            return [dict(r) for r in rows]
-
-    def state(self, plan_id: str) -> PlanState:
-        """The plan's status folded from all its events."""
-        out: list[dict[str, Any]] = []
-        after = 0
-        while True:
-            page = self.since(plan_id, after, limit=5000)
-            out.extend(page)
-            if len(page) < 5000:
-                return fold_events(out)
-            after = int(page[-1]["seq"])
+__all__ = ["EventHub"]
 
 
 @dataclass

@@ -8,6 +8,7 @@ no token) reaches the body.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from countersign.approvals import ApprovalError, GateDecidedError
@@ -89,6 +90,28 @@ def status_for(error: CountersignError) -> int:
     return 503 if error.retryable else 409
 
 
+#: error class → the members its problem document adds (the first class along the list that the
+#: error is an instance of: a duplicate key before any other malformed document)
+_EXTRAS: list[tuple[type[CountersignError], Callable[[Any], dict[str, Any]]]] = [
+    (DuplicateKeyError, lambda e: {"key": e.key, "path": e.path}),
+    (DocumentError, lambda e: {"path": e.path} if e.path else {}),
+    (StaleWorldError, lambda e: {"changes": [c.summary() for c in e.changes]}),
+    (ChoiceError, lambda e: {"gate_id": e.gate_id, "field": e.field}),
+    (
+        OverBudgetError,
+        lambda e: {"budget": {"step": e.step, "limit": e.limit, "total": e.total}},
+    ),
+    (
+        ForgetIncompleteError,
+        lambda e: {
+            "pending": e.pending,
+            "erased": e.erased,
+            "retry": "POST /v1/memory/forget again with the same body to finish",
+        },
+    ),
+]
+
+
 def extras_for(error: CountersignError) -> dict[str, Any]:
     """Members a problem document adds for its error class: ``changes`` (each read that moved
     since the preview, with old and new values per field) for ``stale_world``; ``budget`` (the step,
@@ -96,22 +119,9 @@ def extras_for(error: CountersignError) -> dict[str, Any]:
     with the choice) for ``choice_invalid``; ``pending`` (store → error code), ``erased``
     (counts so far) and ``retry`` for ``forget_incomplete``; ``key`` and ``path`` for
     ``document_duplicate_key``, ``path`` (when known) for ``document_malformed``."""
-    if isinstance(error, DuplicateKeyError):
-        return {"key": error.key, "path": error.path}
-    if isinstance(error, DocumentError):
-        return {"path": error.path} if error.path else {}
-    if isinstance(error, StaleWorldError):
-        return {"changes": [c.summary() for c in error.changes]}
-    if isinstance(error, ChoiceError):
-        return {"gate_id": error.gate_id, "field": error.field}
-    if isinstance(error, OverBudgetError):
-        return {"budget": {"step": error.step, "limit": error.limit, "total": error.total}}
-    if isinstance(error, ForgetIncompleteError):
-        return {
-            "pending": error.pending,
-            "erased": error.erased,
-            "retry": "POST /v1/memory/forget again with the same body to finish",
-        }
+    for cls, extras in _EXTRAS:
+        if isinstance(error, cls):
+            return extras(error)
     return {}
 
 

@@ -1,4 +1,4 @@
-"""Composition root: the service, users and app from ``Settings`` (used by ``countersign api``,
+"""Composition root: the services, users and app from ``Settings`` (used by ``countersign api``,
 ``countersign up`` and the CLI verbs, so every edge runs the same engines the same way)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from countersign.audit import AuditLog
 from countersign.durable import connect, payload_codec
+from countersign.intake import Contact
 from countersign.intake.llm import LitellmProposer
 from countersign.kernel import (
     InputError,
@@ -31,16 +32,17 @@ from countersign.kernel.process import alive, port_open, read_pid
 from countersign.n8n import N8nClient, handle_from
 from countersign.n8n import status as n8n_status
 from countersign.planwriter import PlanWriter
-from countersign.sandbox import sandbox_status
+from countersign.registry.store import RegistryStore
+from countersign.sandbox import SANDBOX_CONTACTS, sandbox_status
 from countersign.signer import open_keyring
-from countersign.steps import N8nTransport, RegistryStore, StepTransport
-from countersign.storage import Database
+from countersign.steps import N8nTransport, StepTransport
+from countersign.storage import Database, ReadPool, libpq_url
 from countersign.workflowbuilder import CredentialRef
 
-from .app import ApiConfig, create_app
-from .reads import Reads
-from .service import PlanService
+from .app import create_app
+from .config import ApiConfig
 from .users import UserStore
+from .wiring import Services, build_services
 
 __all__ = [
     "SANDBOX_POLICY",
@@ -49,6 +51,7 @@ __all__ = [
     "check_base_urls",
     "configured_credentials",
     "load_policy",
+    "n8n_runtime",
     "open_stack",
 ]
 
@@ -95,10 +98,10 @@ def check_base_urls(connector_settings: Mapping[str, str], policy: Policy) -> No
 
 @dataclass
 class Stack:
-    """The composed service and its user store."""
+    """The composed services and the user store."""
 
     settings: Settings
-    service: PlanService
+    services: Services
     users: UserStore
     registry_store: RegistryStore
 
@@ -109,44 +112,57 @@ def open_stack(
     policy: Policy | None = None,
     clock: Callable[[], datetime] = _now,
 ) -> Stack:
-    """Open the database, registry and key ring; the service without a step runtime yet."""
+    """Open the database, registry and key ring; the services without a step runtime yet."""
     db = Database.open(settings)
     # the configured embedder (COUNTERSIGN_EMBEDDING_MODEL), checked against the vector column
     # now: a model that does not fit stops the start, naming both lengths (PlanLibrary SPEC)
     writer = PlanWriter.for_settings(db, settings, clock=clock)
-    reads = Reads.open(db.engine.url.render_as_string(hide_password=False).replace("+psycopg", ""))
+    reads = ReadPool.for_database(db)
     audit = AuditLog(clock=clock)
     registry_store = RegistryStore(db, settings.registry_dir, audit, clock)
     policy = policy or load_policy(settings.policy_file)
+    sandbox = sandbox_status(settings.home)
     # the running sandbox's providers by default; settings name real ones
     connector_settings = {
-        **sandbox_status(settings.home).get("connector_settings", {}),
+        **sandbox.get("connector_settings", {}),
         **settings.connector_settings,
     }
     check_base_urls(connector_settings, policy)
-    service = PlanService(
+    services = build_services(
         reads=reads,
         db=db,
         registry=registry_store.current(),
         keyring=open_keyring(settings, now=clock(), create=True),
         policy=policy,
-        transport=None,
         connector_settings=connector_settings,
         clock=clock,
         signer_name=settings.signer_name,
         plan_writer=writer,
+        audit=audit,
+        registry_store=registry_store,
+        # the sandbox stack's people are the ones chat text may name (their calendars are the
+        # sandbox's); on real providers nobody is known until the person's own contacts are
+        contacts=[Contact(name, email) for name, email in SANDBOX_CONTACTS]
+        if sandbox.get("running")
+        else (),
+        proposer=_proposer(settings),
     )
-    if settings.llm_model:
-        service.proposer = LitellmProposer(
-            settings.llm_model,
-            api_base=settings.llm_api_base,
-            api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
-        )
     return Stack(
         settings=settings,
-        service=service,
+        services=services,
         users=UserStore(db, clock=clock, reads=reads),
         registry_store=registry_store,
+    )
+
+
+def _proposer(settings: Settings) -> LitellmProposer | None:
+    """The model that proposes the intent of chat text (``COUNTERSIGN_LLM_MODEL``), if set."""
+    if not settings.llm_model:
+        return None
+    return LitellmProposer(
+        settings.llm_model,
+        api_base=settings.llm_api_base,
+        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
     )
 
 
@@ -185,7 +201,9 @@ async def n8n_runtime(stack: Stack) -> AsyncIterator[StepTransport]:
     handle = handle_from(stack.settings.home / "n8n")
     async with N8nClient(handle.base_url, handle.api_key) as client:
         cred = await _smtp_credential(client, stack.settings)
-        stack.service.use_credentials({"smtp": cred, **configured_credentials(stack.settings)})
+        stack.services.runtime.use_credentials(
+            {"smtp": cred, **configured_credentials(stack.settings)}
+        )
         yield N8nTransport(client)
 
 
@@ -193,7 +211,6 @@ def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
     """The API app over the stack, with n8n as its step runtime and LISTEN for events."""
     cfg = config or ApiConfig(reconcile_every_s=stack.settings.durable_reconcile_every_s)
     cfg.runtime = cfg.runtime or (lambda: n8n_runtime(stack))
-    cfg.registry_store = cfg.registry_store or stack.registry_store
     settings = stack.settings
     # one payload key for the worker and the API, read from COUNTERSIGN_HOME (DurableOrchestrator
     # SPEC, payload encryption): the API starts and decides runs, and opens them for the UI
@@ -214,10 +231,8 @@ def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
             f"{settings.temporal_ui}/namespaces/{settings.temporal_namespace}/workflows"
         )
     cfg.health = {**_health(settings), **cfg.health}
-    cfg.listen_dsn = cfg.listen_dsn or stack.service.db.engine.url.render_as_string(
-        hide_password=False
-    ).replace("+psycopg", "")
-    return create_app(stack.service, stack.users, cfg)
+    cfg.listen_dsn = cfg.listen_dsn or libpq_url(stack.services.db)
+    return create_app(stack.services, stack.users, cfg)
 
 
 def _health(settings: Settings) -> dict[str, Callable[[], Awaitable[str]]]:

@@ -21,25 +21,29 @@ import uvicorn
 from fastapi import FastAPI
 from playwright.sync_api import Browser, sync_playwright
 
+from countersign.audit import AuditLog
+from countersign.intake import Contact
 from countersign.kernel import Policy, source_registry_dir
 from countersign.n8n import N8nClient, N8nHandle
 from countersign.registry import Registry
-from countersign.sandbox import Radicale, SmtpSink
+from countersign.registry.store import RegistryStore
+from countersign.sandbox import SANDBOX_CONTACTS, Radicale, SmtpSink
 from countersign.signer import KeyRing
-from countersign.steps import N8nTransport, RegistryStore, StepTransport
-from countersign.storage import Database
+from countersign.steps import N8nTransport, StepTransport
+from countersign.storage import Database, ReadPool, libpq_url
 from countersign.workflowbuilder import CredentialRef
 
-from .app import ApiConfig, create_app
-from .reads import Reads
+from .app import create_app
+from .config import ApiConfig
 from .server import DEFAULT_READ_TIMEOUT_S, server_config
-from .service import PlanService
 from .users import UserStore
+from .wiring import Services, build_services
 
 __all__ = [
     "ALICE",
     "BOB",
     "CHROMIUM_ARGS",
+    "SANDBOX_PEOPLE",
     "ApiHarness",
     "api",
     "api_smtp_credential",
@@ -50,6 +54,8 @@ __all__ = [
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+#: the contacts chat text may name in the tests: the sandbox's demo people (their calendars)
+SANDBOX_PEOPLE = tuple(Contact(name, email) for name, email in SANDBOX_CONTACTS)
 
 
 #: Debian's chromium, headless and never reaching the network (as root it needs --no-sandbox)
@@ -115,12 +121,12 @@ class ApiHarness:
         self,
         base: str,
         keys: dict[str, str],
-        service: PlanService,
+        services: Services,
         radicale: Radicale,
         smtp: SmtpSink,
     ) -> None:
-        self.base, self.keys, self.service = base, keys, service
-        self.db: Database = service.db
+        self.base, self.keys, self.services = base, keys, services
+        self.db: Database = services.db
         self.radicale, self.smtp = radicale, smtp
         #: the served app (its routes, for tests that walk every one)
         self.app: FastAPI | None = None
@@ -172,6 +178,44 @@ def api(
         yield h
 
 
+def _clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def _empty(radicale: Radicale, smtp_server: SmtpSink) -> None:
+    """Empty calendars for Alice and Bob, an empty mailbox."""
+    for user in (ALICE, BOB):
+        radicale.make_calendar(user)
+        for name in radicale.events(user):
+            httpx.delete(radicale.calendar_url(user) + name, timeout=5)
+    smtp_server.messages.clear()
+
+
+def _services(
+    db: Database,
+    registry: Registry,
+    keyring: KeyRing,
+    reads: ReadPool,
+    connector_settings: dict[str, str],
+    smtp_credential: CredentialRef,
+) -> Services:
+    """The services as the entry points build them, on the sandbox's people and providers."""
+    audit = AuditLog(clock=_clock)
+    return build_services(
+        reads=reads,
+        db=db,
+        registry=registry,
+        keyring=keyring,
+        policy=LOCAL,
+        connector_settings=connector_settings,
+        credentials={"smtp": smtp_credential},
+        clock=_clock,
+        contacts=SANDBOX_PEOPLE,
+        audit=audit,
+        registry_store=RegistryStore(db, source_registry_dir(), audit, _clock),
+    )
+
+
 @contextmanager
 def harness(
     n8n: N8nHandle,
@@ -193,34 +237,18 @@ def harness(
     """Serve the API over these peers (``settings`` adds connector settings; ``temporal_connect``
     lets durable plans run on Temporal; ``payload_codec`` and ``codec_origin`` serve the codec
     endpoint for the Temporal UI at that origin; ``reconcile_every_s`` paces the recording of
-    runs that ended outside Countersign; ``read_timeout_s`` the server's whole-request deadline; ``rate_limit_per_min`` 0 = none)."""
-    for user in (ALICE, BOB):
-        radicale.make_calendar(user)
-        for name in radicale.events(user):
-            httpx.delete(radicale.calendar_url(user) + name, timeout=5)
-    smtp_server.messages.clear()
-
-    def clock() -> datetime:
-        return datetime.now(UTC)
-
-    dsn = db.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
-    reads = Reads.open(dsn)
-    service = PlanService(
-        reads=reads,
-        db=db,
-        registry=registry,
-        keyring=keyring,
-        policy=LOCAL,
-        transport=None,
-        connector_settings={
-            "caldav_base_url": radicale.base_url,
-            "smtp_from": "countersign@example.com",
-            **(settings or {}),
-        },
-        credentials={"smtp": smtp_credential},
-        clock=clock,
-    )
-    users = UserStore(db, clock=clock, reads=reads)
+    runs that ended outside Countersign; ``read_timeout_s`` the server's whole-request deadline;
+    ``rate_limit_per_min`` 0 = none)."""
+    _empty(radicale, smtp_server)
+    dsn = libpq_url(db)
+    reads = ReadPool.open(dsn)
+    connector_settings = {
+        "caldav_base_url": radicale.base_url,
+        "smtp_from": "countersign@example.com",
+        **(settings or {}),
+    }
+    services = _services(db, registry, keyring, reads, connector_settings, smtp_credential)
+    users = UserStore(db, clock=_clock, reads=reads)
     keys = {ALICE: users.add(ALICE), BOB: users.add(BOB), "root": users.add("root", admin=True)}
 
     @asynccontextmanager
@@ -228,22 +256,20 @@ def harness(
         async with N8nClient(n8n.base_url, n8n.api_key) as client:
             yield N8nTransport(client)
 
-    store = RegistryStore(db, source_registry_dir(), service.audit, clock)
     config = ApiConfig(
         listen_dsn=dsn,
         runtime=runtime,
         sse_ping_s=1,
-        registry_store=store,
         temporal_connect=temporal_connect,
         payload_codec=payload_codec,
         codec_origin=codec_origin,
         reconcile_every_s=reconcile_every_s,
         rate_limit_per_min=rate_limit_per_min,
     )
-    app = create_app(service, users, config)
+    app = create_app(services, users, config)
     try:
         with serve(app, read_timeout_s=read_timeout_s) as base:
-            harness = ApiHarness(base, keys, service, radicale, smtp_server)
+            harness = ApiHarness(base, keys, services, radicale, smtp_server)
             harness.app = app
             yield harness
     finally:
