@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -230,3 +231,153 @@ def test_cores_import_no_adapters() -> None:
             if module.split(".")[0] in _ADAPTER_MODULES:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
     assert bad == [], "\n".join(bad)
+
+
+# ---- inside Api: one router per resource, thin services (Api LLD, module map) -------------------
+#: ``api/routes/<name>.py`` → the other countersign packages it may import (contracts and pure
+#: helpers only): a router parses, calls one service and shapes the answer
+_API_ROUTERS: dict[str, set[str]] = {
+    "intents": set(),
+    "plans": set(),
+    "gates": set(),
+    "events": {"kernel", "storage"},  # ascii_digits; the PlanEvents type the stream reads
+    "memory": {"contextrag"},  # the request bodies ContextRAG defines
+    "registry": {"registry"},  # RegistryKind
+    "codec": set(),
+    "auth": set(),
+    "pages": set(),
+    "audit": set(),
+    "health": set(),
+}
+#: modules that run SQL or open database connections (a router or a service never does)
+_SQL_MODULES = {"sqlalchemy", "psycopg", "psycopg_pool"}
+
+
+def test_api_routers_are_in_the_table_and_import_no_engine() -> None:
+    routes = ROOT / "components/Api/countersign/api/routes"
+    found = {p.stem for p in routes.glob("*.py") if p.stem != "__init__"}
+    assert found == set(_API_ROUTERS), "routers and the table differ: " + str(
+        sorted(found ^ set(_API_ROUTERS))
+    )
+    bad = []
+    for name, allowed in _API_ROUTERS.items():
+        path = routes / f"{name}.py"
+        for line, module in _imports(path):
+            parts = module.split(".")
+            if parts[0] in _SQL_MODULES or (
+                parts[0] == "countersign" and len(parts) > 1 and parts[1] not in allowed
+            ):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
+    assert bad == [], "\n".join(bad)
+
+
+def test_api_services_run_no_sql() -> None:
+    """The use cases call other components' public APIs; SQL stays in the owners' stores."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: imports {module}"
+        for path in sorted((ROOT / "components/Api/countersign/api/services").glob("*.py"))
+        for line, module in _imports(path)
+        if module.split(".")[0] in _SQL_MODULES
+    ]
+    assert bad == [], "\n".join(bad)
+
+
+# ---- SQL ownership: each table is one component's ------------------------------------------------
+_MIGRATIONS = ROOT / "components/Storage/countersign/storage/migrations/versions"
+#: each table the migrations create → the component (package) whose store runs SQL on it
+_TABLE_OWNERS: dict[str, str] = {
+    # Storage: PlanStore, PlanEvents (rows written by the audit_log trigger), the ledger
+    "plans": "storage",
+    "plan_steps": "storage",
+    "plan_events": "storage",
+    "idempotency_keys": "storage",
+    # Audit: the chain
+    "audit_log": "audit",
+    "audit_head": "audit",
+    # Approvals: tokens, decisions, receipts
+    "approval_tokens": "approvals",
+    "gate_decisions": "approvals",
+    "gate_receipts": "approvals",
+    # PlanWriter: an ended plan's outcomes; PlanLibrary: the library rows
+    "outcomes": "planwriter",
+    "plan_library": "planlibrary",
+    # ContextRAG: a person's memory
+    "profile_prefs": "contextrag",
+    "consents": "contextrag",
+    "history_facts": "contextrag",
+    "memory_facts": "contextrag",
+    "contacts": "contextrag",
+    # PluginRegistry: registry edits (RegistryStore)
+    "registry_docs": "registry",
+    # Api: users, sessions, login links, conversations
+    "api_users": "api",
+    "api_sessions": "api",
+    "login_links": "api",
+    "conversations": "api",
+    "conversation_turns": "api",
+}
+#: documented seams where a component runs SQL on tables it does not own: (package, module) →
+#: the tables (``*``: any). Nothing else may.
+_SQL_SEAMS: dict[tuple[str, str], set[str]] = {
+    # ContextRAG SPEC §4–5: forget and export walk every table that can hold a person's data
+    ("contextrag", "forgetting.py"): {"*"},
+    # PlanWriter SPEC §2: the library row's outcome counts are recounted in PlanWriter's
+    # transaction (a PlanLibrary method for that update would end this seam)
+    ("planwriter", "writer.py"): {"plan_library"},
+}
+_SQL_TABLE = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE|TRUNCATE)\s+\"?([a-z_][a-z0-9_]*)", re.I)
+
+
+def _tables_created() -> set[str]:
+    return {
+        t
+        for m in _MIGRATIONS.glob("*.py")
+        for t in re.findall(r"CREATE TABLE\s+([a-z_][a-z0-9_]*)", m.read_text())
+    }
+
+
+def _string_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, text)`` of every string literal but docstrings (an f-string's constant parts
+    joined, each value a blank)."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts = (v.value if isinstance(v, ast.Constant) else " _ " for v in node.values)
+            out.append((node.lineno, "".join(str(p) for p in parts)))
+        elif (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+        ):
+            out.append((node.lineno, node.value))
+    return out
+
+
+def test_every_table_has_one_owner() -> None:
+    assert _tables_created() == set(_TABLE_OWNERS), sorted(_tables_created() ^ set(_TABLE_OWNERS))
+    assert set(_TABLE_OWNERS.values()) <= set(_FLOORS)
+
+
+def test_no_component_runs_sql_on_another_components_tables() -> None:
+    """Scans each component's production string literals (test seams and migrations left out)
+    for SQL naming a table: only its owner's stores, or a documented seam, may."""
+    bad = []
+    for comp in COMPONENTS:
+        pkg = _package(comp)
+        for path in sorted((comp / "countersign").rglob("*.py")):
+            if "migrations" in path.parts or path.name in _TEST_SEAMS:
+                continue
+            seam = _SQL_SEAMS.get((pkg, path.name), set())
+            for line, literal in _string_literals(ast.parse(path.read_text(), str(path))):
+                for table in _SQL_TABLE.findall(literal):
+                    owner = _TABLE_OWNERS.get(table)
+                    if owner in (None, pkg) or "*" in seam or table in seam:
+                        continue
+                    bad.append(f"{path.relative_to(ROOT)}:{line}: {pkg} runs SQL on {table}")
+    assert bad == [], "SQL on another component's tables:\n" + "\n".join(sorted(set(bad)))
