@@ -1,7 +1,8 @@
 """GLOBAL_SPEC §14: what production code imports is declared, and what is declared is used.
 
 Production code is every module under ``components/*/countersign`` except the test seams (the
-``testing.py`` modules and the pytest plugins conftest.py loads), which may use the dev extra.
+``testing.py`` modules and the pytest plugins the root conftest.py loads), which may use the dev
+extra.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ THROUGH = {
     "safetensors": "wordllama",
     "tokenizers": "wordllama",
 }
-#: pytest plugins outside a ``testing.py`` (conftest.py's ``pytest_plugins``)
-SEAMS = {"components/N8nRuntime/countersign/n8n/providers.py"}
 
 
 def _name(requirement: str) -> str:
@@ -44,12 +43,26 @@ def _declared() -> set[str]:
     return {_name(r) for r in project["dependencies"] + project["optional-dependencies"]["llm"]}
 
 
+def _plugins() -> set[str]:
+    """The modules the root conftest.py loads as pytest plugins (its ``pytest_plugins``)."""
+    tree = ast.parse((ROOT / "conftest.py").read_text())
+    return {
+        elt.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.List)
+        for elt in node.value.elts
+        if isinstance(elt, ast.Constant) and isinstance(elt.value, str)
+    }
+
+
 def _production_imports() -> dict[str, str]:
     """Top-level module → the first production file importing it (third-party only)."""
     found: dict[str, str] = {}
+    plugins = _plugins()
     for path in sorted(ROOT.glob("components/*/countersign/**/*.py")):
         rel = str(path.relative_to(ROOT))
-        if path.name == "testing.py" or rel in SEAMS or "/migrations/" in rel:
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts[2:])  # countersign.…
+        if path.name == "testing.py" or module in plugins or "/migrations/" in rel:
             continue
         for node in ast.walk(ast.parse(path.read_text(), rel)):
             if isinstance(node, ast.Import):

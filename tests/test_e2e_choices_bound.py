@@ -21,13 +21,13 @@ from sqlalchemy import text
 from countersign.api.testing import ALICE, BOB, ApiHarness
 from countersign.approvals import Approvals
 from countersign.execute import ExecuteRefusedError, Executor, StaleWorldError
-from countersign.kernel import Intent, Plan, Policy, system_clock
+from countersign.kernel import Intent, Policy, system_clock
 from countersign.n8n import N8nClient, N8nHandle
-from countersign.planner import make_plan
+from countersign.planner.testing import signed_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.sandbox import ShopSandbox
-from countersign.signer import KeyRing, sign_plan
+from countersign.signer import KeyRing
 from countersign.steps import ChoiceError, N8nTransport, StoreRecorder
 from countersign.storage import Database
 
@@ -247,10 +247,7 @@ def _shop_plan(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
             "entities": {"query": "usb-c cable 2m", "max_price": "15.00", "quantity": 1},
         }
     )
-    plan = make_plan(intent, [], registry, LOCAL)
-    assert isinstance(plan, Plan)
-    pid, key = keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(intent, keyring, registry, LOCAL)
 
 
 def _tok(db: Database, doc: dict[str, Any], gate: str, choice: Any = None) -> str:

@@ -28,13 +28,13 @@ from countersign.approvals import (
 )
 from countersign.audit import AuditLog
 from countersign.execute import ExecuteRefusedError, Executor, StaleWorldError
-from countersign.kernel import Intent, Plan, Policy, Settings, SignatureError, system_clock
+from countersign.kernel import Intent, Policy, Settings, SignatureError, system_clock
 from countersign.n8n import N8nClient, N8nHandle, install, start, stop
-from countersign.planner import make_plan
+from countersign.planner.testing import signed_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.sandbox import Radicale, SmtpSink
-from countersign.signer import KeyRing, sign_plan
+from countersign.signer import KeyRing
 from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 from countersign.workflowbuilder import CredentialRef
@@ -69,10 +69,7 @@ def _signed(registry: Registry, keyring: KeyRing, title: str = "Sync") -> dict[s
             },
         }
     )
-    plan = make_plan(intent, [], registry, LOCAL)
-    assert isinstance(plan, Plan)
-    pid, key = keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(intent, keyring, registry, LOCAL)
 
 
 @dataclass

@@ -26,12 +26,11 @@ from sqlalchemy import text
 
 from countersign.kernel import Plan, Policy, source_registry_dir, system_clock
 from countersign.n8n import N8nClient, N8nHandle
-from countersign.planner import make_plan
-from countersign.planner.testing import make_intent
+from countersign.planner.testing import make_intent, signed_plan
 from countersign.preview import run_preview
 from countersign.preview.testing import WRITE_EDITS, edited_registry
 from countersign.registry import Registry, load_registry
-from countersign.signer import KeyRing, plan_hash, sign_plan
+from countersign.signer import KeyRing, plan_hash
 from countersign.steps import (
     N8nStepRunner,
     N8nTransport,
@@ -107,10 +106,7 @@ def _signed(registry: Registry, keyring: KeyRing, intent: str) -> dict[str, Any]
     if "window_start" in i.entities:  # a window still to come (one in the past is not planned)
         later = {"window_start": "2037-11-23T13:00:00Z", "window_end": "2037-11-23T18:00:00Z"}
         i = i.model_copy(update={"entities": {**i.entities, **later}})
-    plan = make_plan(i, [], registry, LOCAL)
-    assert isinstance(plan, Plan)
-    pid, key = keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(i, keyring, registry, LOCAL)
 
 
 async def _preview(

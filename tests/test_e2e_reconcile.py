@@ -32,11 +32,11 @@ from countersign.execute import Executor
 from countersign.execute.records import RecordScan
 from countersign.kernel import Intent, Plan, Policy, content_hash, system_clock
 from countersign.n8n import N8nClient, N8nHandle, free_port
-from countersign.planner import make_plan
+from countersign.planner.testing import signed_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.sandbox import Radicale, SmtpSink
-from countersign.signer import KeyRing, sign_plan
+from countersign.signer import KeyRing
 from countersign.steps import N8nTransport, StoreRecorder, idempotency_key
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 from countersign.workflowbuilder import CredentialRef, build_workflow_for_step
@@ -151,10 +151,7 @@ def _signed(w: World) -> dict[str, Any]:
             },
         }
     )
-    plan = make_plan(intent, [], w.registry, LOCAL)
-    assert isinstance(plan, Plan)
-    pid, key = w.keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(intent, w.keyring, w.registry, LOCAL)
 
 
 async def _preview(w: World, doc: dict[str, Any], transport: N8nTransport) -> dict[str, str]:

@@ -15,13 +15,13 @@ import pytest
 
 from countersign.approvals import Approvals, TokenGateMismatchError
 from countersign.execute import ExecuteRefusedError, Executor, StaleWorldError
-from countersign.kernel import Intent, Plan, Policy, system_clock
+from countersign.kernel import Intent, Policy, system_clock
 from countersign.n8n import N8nClient, N8nHandle
-from countersign.planner import make_plan
+from countersign.planner.testing import signed_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.sandbox import ShopSandbox
-from countersign.signer import KeyRing, sign_plan
+from countersign.signer import KeyRing
 from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database
 
@@ -41,10 +41,7 @@ def _signed(registry: Registry, keyring: KeyRing, max_price: str = "15.00") -> d
             "entities": {"query": "usb-c cable 2m", "max_price": max_price, "quantity": 1},
         }
     )
-    plan = make_plan(intent, [], registry, LOCAL)
-    assert isinstance(plan, Plan)
-    pid, key = keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(intent, keyring, registry, LOCAL)
 
 
 def _token(

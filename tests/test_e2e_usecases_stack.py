@@ -11,13 +11,12 @@ import re
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import httpx
@@ -26,9 +25,9 @@ import pytest
 from countersign.api import fold_events
 from countersign.api.testing import chromium
 from countersign.kernel.process import free_port
+from countersign.planner.testing import until
 
 pytestmark = pytest.mark.slow
-T = TypeVar("T")
 ALICE, BOB = "alice@example.com", "bob@example.com"
 SHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
 
@@ -79,16 +78,6 @@ class Stack:
     def sandbox(self, name: str) -> dict[str, Any]:
         state: dict[str, Any] = httpx.get(f"{self.urls[name]}/_sandbox/state", timeout=10).json()
         return state
-
-
-def _until(check: Callable[[], T | None], seconds: float) -> T | None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -412,17 +401,17 @@ def test_visa_watcher_from_a_sentence(stack: Stack) -> None:
             ]
             return str(found[-1]["details"]["found"]["slots"][0]["id"]) if found else None
 
-        slot_id = _until(slot, 60)
+        slot_id = until(slot, 60)
         assert slot_id, alice.get(f"/v1/plans/{plan_id}").json()
         ok = alice.post(
             f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": {"slot": {"id": slot_id}}}
         )
         assert ok.status_code == 200, ok.text
-        assert _until(lambda: len(stack.sandbox("visa")["bookings"]) == 1, 60)
-        assert _until(
+        assert until(lambda: len(stack.sandbox("visa")["bookings"]) == 1, 60)
+        assert until(
             lambda: [m for m in stack.mails(ALICE) if m["subject"] == booked][confirmations:], 60
         )
-        assert _until(
+        assert until(
             lambda: alice.get(f"/v1/plans/{plan_id}").json()["status"] == "completed", 60
         ), alice.get(f"/v1/plans/{plan_id}").json()["status"]
         # the run has ended: exactly one booking and exactly one confirmation mail
@@ -510,7 +499,7 @@ def test_a_watcher_that_holds_in_the_browser_then_a_rejection_releases_it(stack:
         page.screenshot(path=str(SHOTS / "visa-held.png"), full_page=True)
         held = stack.sandbox("visa")["holds"]
         assert held, "the found slot is held while the person decides"
-        notice = _until(
+        notice = until(
             lambda: [
                 m for m in stack.mails(ALICE) if m["subject"].startswith("A visa slot is held")
             ],
@@ -518,7 +507,7 @@ def test_a_watcher_that_holds_in_the_browser_then_a_rejection_releases_it(stack:
         )
         assert notice and "/plans/" in notice[-1].get("body", "")
         page.locator("fieldset[data-gate=gate-B]").get_by_role("button", name="Reject").click()
-        assert _until(lambda: set(held) <= set(stack.sandbox("visa")["released"]), 60), (
+        assert until(lambda: set(held) <= set(stack.sandbox("visa")["released"]), 60), (
             stack.sandbox("visa")
         )
     assert len(stack.sandbox("visa")["bookings"]) == bookings_before
@@ -549,7 +538,7 @@ def test_a_watcher_cancelled_from_its_card_ends_and_books_nothing(stack: Stack) 
     events = stack.cli("events", str(plan_id))
     kinds = [json.loads(line)["kind"] for line in events.stdout.splitlines() if line.strip()]
     assert "plan_cancelled" in kinds
-    assert _until(
+    assert until(
         lambda: (
             "durable_finished"
             in [

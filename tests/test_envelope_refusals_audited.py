@@ -14,9 +14,9 @@ from sqlalchemy import text
 
 from countersign.kernel import MalformedEnvelopeError, Plan, Policy, system_clock
 from countersign.planner import make_plan
-from countersign.planner.testing import make_intent
+from countersign.planner.testing import make_intent, signed_plan
 from countersign.registry import Registry
-from countersign.signer import KeyRing, sign_plan
+from countersign.signer import KeyRing
 from countersign.steps import StoreRecorder, verify_or_audit
 from countersign.storage import Database
 
@@ -68,8 +68,7 @@ def test_a_respelled_envelope_is_refused_and_audited(
 ) -> None:
     plan = make_plan(make_intent(), [], registry, Policy())
     assert isinstance(plan, Plan)
-    pid, key = keyring.active()
-    doc = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    doc = signed_plan(plan, keyring)
     EDITS[edit](doc)
     with pytest.raises(MalformedEnvelopeError):
         verify_or_audit(

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -25,6 +23,7 @@ from countersign.durable.testing import sandbox_fixture  # noqa: F401  (fixture)
 from countersign.kernel import system_clock
 from countersign.kernel.process import free_port
 from countersign.n8n import N8nHandle
+from countersign.planner.testing import until
 from countersign.registry import Registry
 from countersign.sandbox import Radicale, SmtpSink, VisaSandbox
 from countersign.signer import KeyRing
@@ -115,15 +114,6 @@ def _runs(temporal: str, plan_id: str) -> list[str]:
     return asyncio.run(find())
 
 
-def _until(fn: Any, timeout_s: float = 30) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        out = fn()
-        if out or time.monotonic() > deadline:
-            return out
-        time.sleep(0.3)
-
-
 def test_forget_deletes_the_persons_temporal_runs(
     watching: ApiHarness, sandbox: VisaSandbox, temporal: str, dev_server: DevServer
 ) -> None:
@@ -145,7 +135,7 @@ def test_forget_deletes_the_persons_temporal_runs(
         plan_id = alice.post("/v1/intents", json=intent).json()["plan_id"]
         started = alice.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
         assert started.json()["status"] == "handed_off", started.text
-        assert _until(lambda: _runs(temporal, plan_id) == [f"watch-{plan_id}"])
+        assert until(lambda: _runs(temporal, plan_id) == [f"watch-{plan_id}"])
 
         # the export lists the run (ids, type, status, times)
         export = alice.get("/v1/memory/export").json()
@@ -186,12 +176,12 @@ def test_forget_deletes_the_persons_temporal_runs(
 
         # back up: the same forget finishes the job (the run is found by its plan id again)
         dev_server.start()
-        assert _until(lambda: _runs(temporal, plan_id) == [f"watch-{plan_id}"])
+        assert until(lambda: _runs(temporal, plan_id) == [f"watch-{plan_id}"])
         r = alice.post("/v1/memory/forget", json={"all": True})
         assert r.status_code == 200, r.text
         assert r.json()["temporal_runs_deleted"] >= 1
         assert ALICE not in r.text
-    assert _until(lambda: _runs(temporal, plan_id) == [])
+    assert until(lambda: _runs(temporal, plan_id) == [])
     with watching.db.tx() as c:
         done = c.execute(
             text("SELECT details FROM audit_log WHERE kind = 'memory_forgotten'")

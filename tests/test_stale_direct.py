@@ -20,11 +20,11 @@ from countersign.approvals import Approvals
 from countersign.execute import Executor, StaleWorldError
 from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.n8n import N8nClient, N8nHandle
-from countersign.planner import make_plan
+from countersign.planner.testing import signed_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.sandbox import Radicale
-from countersign.signer import KeyRing, sign_plan
+from countersign.signer import KeyRing
 from countersign.steps import N8nStepRunner, N8nTransport, StoreRecorder
 from countersign.storage import Database
 
@@ -72,10 +72,7 @@ def _signed(registry: Registry, keyring: KeyRing, n: int) -> dict[str, Any]:
             },
         }
     )
-    plan = make_plan(intent, [], registry, LOCAL)
-    assert isinstance(plan, Plan)
-    pid, key = keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(intent, keyring, registry, LOCAL)
 
 
 @pytest.fixture

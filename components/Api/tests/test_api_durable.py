@@ -22,6 +22,7 @@ from countersign.durable.testing import sandbox_fixture  # noqa: F401  (fixture)
 from countersign.kernel import system_clock
 from countersign.kernel.process import free_port
 from countersign.n8n import N8nHandle
+from countersign.planner.testing import until
 from countersign.registry import Registry
 from countersign.sandbox import Radicale, SmtpSink, VisaSandbox
 from countersign.signer import KeyRing
@@ -119,15 +120,6 @@ def watching(
         worker.join(15)
 
 
-def _until(fn: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        out = fn()
-        if out or time.monotonic() > deadline:
-            return out
-        time.sleep(0.3)
-
-
 def test_visa_watcher_over_http_books_once(
     watching: ApiHarness, sandbox: VisaSandbox, smtp_server: SmtpSink, temporal: str
 ) -> None:
@@ -153,7 +145,7 @@ def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -
             q = f'plan_id="{plan_id}" AND user_id="{ALICE}"'
             return [w.id async for w in client.list_workflows(q)]
 
-        assert _until(lambda: asyncio.run(find()) == [wid], 30)
+        assert until(lambda: asyncio.run(find()) == [wid], 30)
         assert alice.get(f"/v1/plans/{plan_id}").json()["workflow_id"] == wid  # the card's link
         # approving before a slot is there: refused with the workflow's reason
         early = alice.post(
@@ -171,12 +163,12 @@ def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -
             )
             return r if r.status_code == 200 else None
 
-        ok = early if early.status_code == 200 else _until(approve, 60)
+        ok = early if early.status_code == 200 else until(approve, 60)
         assert ok is not None, "the watcher never waited for gate-A"
         assert ok.json()["durable"]["workflow_id"] == wid
-        assert _until(lambda: len(sandbox.bookings) == 1 and len(smtp.messages) >= 1, 60)
+        assert until(lambda: len(sandbox.bookings) == 1 and len(smtp.messages) >= 1, 60)
         assert sandbox.booking_posts == 1
-        assert _until(
+        assert until(
             lambda: alice.get(f"/v1/plans/{plan_id}").json()["status"] in {"completed", "booked"},
             30,
         ), alice.get(f"/v1/plans/{plan_id}").json()["status"]
@@ -204,7 +196,7 @@ def test_cancel_reaches_a_running_watcher(
             return str(desc.status.name if desc.status else "")
 
         # one cancel path: Temporal's own cancellation; the run records why it ended
-        assert _until(lambda: asyncio.run(status()) == "CANCELED", 30)
+        assert until(lambda: asyncio.run(status()) == "CANCELED", 30)
         assert sandbox.bookings == {}
         kinds = {
             (e["kind"], e["status"])
@@ -272,7 +264,7 @@ def test_a_run_terminated_while_the_api_runs_is_reconciled_by_its_periodic_pass(
             items = alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
             return [(e["kind"], e["status"]) for e in items if e["kind"] == "durable_finished"]
 
-        assert _until(lambda: finished(ended), 60) == [("durable_finished", "terminated")]
+        assert until(lambda: finished(ended), 60) == [("durable_finished", "terminated")]
         assert alice.get(f"/v1/plans/{ended}").json()["status"] == "failed"
         time.sleep(2.5)  # two more passes: still recorded once, the running run untouched
         assert finished(ended) == [("durable_finished", "terminated")]
@@ -315,7 +307,7 @@ def test_a_watcher_revised_from_the_chat_replaces_the_running_one(
         assert asyncio.run(status(f"watch-{parent}")) == "RUNNING"
         started = alice.post(f"/v1/plans/{child}/execute", json={"tokens": {}})
         assert started.json()["status"] == "handed_off", started.text
-        assert _until(lambda: asyncio.run(status(f"watch-{parent}")) == "CANCELED", 30)
+        assert until(lambda: asyncio.run(status(f"watch-{parent}")) == "CANCELED", 30)
         assert asyncio.run(status(f"watch-{child}")) == "RUNNING"
         kinds = {
             e["kind"] for e in alice.get("/v1/audit", params={"plan_id": parent}).json()["items"]

@@ -45,11 +45,11 @@ from countersign.durable.testing import (  # noqa: F401  (fixture)
     sandbox_fixture,
     time_skipping_worker,
 )
-from countersign.kernel import Intent, KeyRingError, Plan, Policy, system_clock
-from countersign.planner import make_plan
+from countersign.kernel import Intent, KeyRingError, Policy, system_clock
+from countersign.planner.testing import signed_plan
 from countersign.registry import Registry
 from countersign.sandbox import SmtpSink, VisaSandbox
-from countersign.signer import KeyRing, sign_plan
+from countersign.signer import KeyRing
 from countersign.storage import Database
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -199,10 +199,7 @@ def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
             },
         }
     )
-    plan = make_plan(intent, [], registry, Policy(providers={"mail": "smtp"}))
-    assert isinstance(plan, Plan)
-    pid, key = keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(intent, keyring, registry, Policy(providers={"mail": "smtp"}))
 
 
 def test_a_watcher_history_holds_no_clear_data(

@@ -36,12 +36,12 @@ from countersign.durable.testing import (  # noqa: F401  (fixture)
     sandbox_fixture,
     time_skipping_worker,
 )
-from countersign.kernel import Intent, Plan, Policy, system_clock
-from countersign.planner import make_plan
+from countersign.kernel import Intent, Policy, system_clock
+from countersign.planner.testing import signed_plan
 from countersign.registry import Registry
 from countersign.sandbox import SmtpSink, VisaSandbox
 from countersign.sandbox.http import Answer
-from countersign.signer import KeyRing, sign_plan
+from countersign.signer import KeyRing
 from countersign.storage import Database
 
 LOCAL = Policy(
@@ -72,10 +72,7 @@ def _signed(registry: Registry, keyring: KeyRing, **entities: Any) -> dict[str, 
             },
         }
     )
-    plan = make_plan(intent, [], registry, LOCAL)
-    assert isinstance(plan, Plan)
-    pid, key = keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(intent, keyring, registry, LOCAL)
 
 
 def _approve(

@@ -56,9 +56,10 @@ from countersign.durable.testing import (  # noqa: F401  (fixture)
 )
 from countersign.kernel import Intent, Plan, Policy, system_clock
 from countersign.planner import make_plan
+from countersign.planner.testing import signed_plan
 from countersign.registry import Registry
 from countersign.sandbox import SmtpSink, VisaSandbox
-from countersign.signer import KeyRing, sign_plan
+from countersign.signer import KeyRing
 from countersign.storage import Database, PlanStore
 
 
@@ -104,8 +105,7 @@ def _signed(registry: Registry, keyring: KeyRing) -> dict[str, Any]:
         (3, "Booker", "durable"),
         (4, "Notifier", "durable"),
     ]
-    pid, key = keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(plan, keyring)
 
 
 @dataclass
@@ -759,10 +759,7 @@ def _signed_plan(registry: Registry, keyring: KeyRing, notify: bool = True) -> d
             "entities": ents,
         }
     )
-    plan = make_plan(intent, [], registry, LOCAL)
-    assert isinstance(plan, Plan)
-    pid, key = keyring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(intent, keyring, registry, LOCAL)
 
 
 def _plan_scenario(

@@ -18,11 +18,11 @@ import pytest
 
 from countersign.kernel import CountersignError, Plan, Policy, source_registry_dir
 from countersign.planner import make_plan
-from countersign.planner.testing import T0, make_intent
+from countersign.planner.testing import T0, make_intent, signed_plan
 from countersign.preview import plan_preview, preview_steps, run_preview
 from countersign.preview.testing import WRITE_EDITS, CountingTransport, edited_registry
 from countersign.registry import Registry
-from countersign.signer import KeyRing, VerifiedPlan, plan_hash, sign_plan
+from countersign.signer import KeyRing, VerifiedPlan, plan_hash
 from countersign.steps import N8nStepRunner, PreviewRefusedError
 
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
@@ -72,8 +72,7 @@ def test_an_edited_read_binding_is_refused_before_anything_runs(
     plan = _plan(registry, intent)
     # (the planner puts a gate before an op re-labelled as a write, so look the step up)
     step = next(s.step for s in plan.graph if (s.uses, s.call) == (uses, call))
-    pid, key = keyring.active()
-    doc = sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    doc = signed_plan(plan, keyring)
     transport, recorder = CountingTransport(), Recorder()
     with pytest.raises(PreviewRefusedError) as info:
         asyncio.run(

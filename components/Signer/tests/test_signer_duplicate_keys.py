@@ -20,16 +20,11 @@ from hypothesis import strategies as st
 
 from countersign.kernel import DuplicateKeyError, Plan, Policy, loads_strict
 from countersign.planner import make_plan
-from countersign.planner.testing import meeting_intents
+from countersign.planner.testing import meeting_intents, signed_plan
 from countersign.registry import Registry
-from countersign.signer import KeyRing, sign_plan, verify_signed_plan
+from countersign.signer import KeyRing, verify_signed_plan
 
 HC = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-
-
-def _signed(plan: Plan, ring: KeyRing) -> dict[str, Any]:
-    pid, key = ring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 def _objects(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -114,7 +109,7 @@ def test_a_duplicate_key_anywhere_in_a_signed_plan_is_refused(
 ) -> None:
     plan = make_plan(intent, [], registry, Policy())
     assert isinstance(plan, Plan)
-    doc = _signed(plan, keyring)
+    doc = signed_plan(plan, keyring)
     # A seeded Random: a uniform pick over every object (hypothesis' own integers and
     # sampled_from favour the first element, here the top level).
     rnd = random.Random(data.draw(st.integers(0, 2**64), label="seed"))

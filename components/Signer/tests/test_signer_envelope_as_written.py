@@ -28,18 +28,13 @@ from countersign.kernel import (
     parse_contract,
 )
 from countersign.planner import make_plan
-from countersign.planner.testing import make_intent, meeting_intents
+from countersign.planner.testing import make_intent, meeting_intents, signed_plan
 from countersign.registry import Registry
-from countersign.signer import KeyRing, sign_plan, verify_signed_plan
+from countersign.signer import KeyRing, verify_signed_plan
 
 HC = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 _B64 = string.ascii_uppercase + string.ascii_lowercase + string.digits + "+/"
 _MISSING = object()
-
-
-def _signed(plan: Plan, ring: KeyRing) -> dict[str, Any]:
-    pid, key = ring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 def _flip_case(draw: st.DrawFn, text: str) -> str:
@@ -129,7 +124,7 @@ def test_every_respelled_envelope_is_refused(
 ) -> None:
     plan = make_plan(intent, [], registry, Policy())
     assert isinstance(plan, Plan)
-    doc = _signed(plan, keyring)
+    doc = signed_plan(plan, keyring)
     field, value, equivalent = data.draw(_respellings(doc["signature"], kind, name))
     event(f"{field} {'same value' if equivalent else 'refused by the schema'}")
     env = _with(doc["signature"], field, value)
@@ -173,7 +168,7 @@ def test_plan_hash_must_be_present_and_exactly_the_hash(
 ) -> None:
     plan = make_plan(intent, [], registry, Policy())
     assert isinstance(plan, Plan)
-    doc = _signed(plan, keyring)
+    doc = signed_plan(plan, keyring)
     value = data.draw(_plan_hash_respelled(doc["plan_hash"]))
     variant = _with(doc, "plan_hash", value)
     with pytest.raises((MalformedEnvelopeError, HashMismatchError)) as info:
@@ -185,7 +180,7 @@ def test_the_envelope_as_written_verifies(registry: Registry, keyring: KeyRing) 
     """The control: exactly what sign_plan wrote verifies (the refusals above are not blanket)."""
     plan = make_plan(make_intent(), [], registry, Policy())
     assert isinstance(plan, Plan)
-    doc = _signed(plan, keyring)
+    doc = signed_plan(plan, keyring)
     verified = verify_signed_plan(doc, keys=keyring)
     assert verified.envelope.to_json() == doc["signature"]
     assert doc["signature"]["ts"].endswith("Z") and doc["signature"]["nonce"].isupper()

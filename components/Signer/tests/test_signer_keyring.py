@@ -6,7 +6,6 @@ import base64
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,14 +18,9 @@ from countersign.kernel import (
     UnknownKeyError,
 )
 from countersign.planner import make_plan
-from countersign.planner.testing import T0, make_intent
+from countersign.planner.testing import T0, make_intent, signed_plan
 from countersign.registry import Registry
-from countersign.signer import KeyRing, open_keyring, sign_plan, verify_signed_plan
-
-
-def _sign(plan: Plan, ring: KeyRing) -> dict[str, Any]:
-    pid, key = ring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+from countersign.signer import KeyRing, open_keyring, verify_signed_plan
 
 
 @pytest.fixture
@@ -39,13 +33,13 @@ def plan(registry: Registry) -> Plan:
 def test_rotation_then_revocation(tmp_path: Path, plan: Plan) -> None:
     folder = tmp_path / "keys"
     ring = KeyRing.init(folder, now=T0, seed=os.urandom(32))
-    old_doc = _sign(plan, ring)
+    old_doc = signed_plan(plan, ring)
     assert old_doc["signature"]["pubkey_id"] == "k1"
 
     assert ring.rotate(now=T0, seed=os.urandom(32)) == "k2"
     ring = KeyRing.load(folder)  # what a restarted process sees
     assert {i.pubkey_id: i.status for i in ring.infos()} == {"k1": "retired", "k2": "active"}
-    new_doc = _sign(plan, ring)
+    new_doc = signed_plan(plan, ring)
     assert new_doc["signature"]["pubkey_id"] == "k2"
     assert new_doc["signature"]["signature"] != old_doc["signature"]["signature"]
     # the retired key still verifies what it signed
@@ -67,7 +61,7 @@ def test_active_key_cannot_be_revoked(tmp_path: Path) -> None:
 
 
 def test_unknown_key_id(plan: Plan, keyring: KeyRing) -> None:
-    doc = _sign(plan, keyring)
+    doc = signed_plan(plan, keyring)
     doc["signature"]["pubkey_id"] = "k9"
     with pytest.raises(UnknownKeyError, match="k9"):
         verify_signed_plan(doc, keys=keyring)
@@ -106,11 +100,11 @@ def test_key_from_environment_signs_and_disk_ring_still_verifies(
     tmp_path: Path, plan: Plan
 ) -> None:
     disk = KeyRing.init(tmp_path / "keys", now=T0, seed=os.urandom(32))
-    disk_doc = _sign(plan, disk)
+    disk_doc = signed_plan(plan, disk)
     seed = base64.b64encode(os.urandom(32)).decode()
     settings = Settings(home=tmp_path, signing_key=seed, signing_key_id="env1")
     ring = open_keyring(settings, now=T0)
-    env_doc = _sign(plan, ring)
+    env_doc = signed_plan(plan, ring)
     assert env_doc["signature"]["pubkey_id"] == "env1"
     verify_signed_plan(env_doc, keys=ring)
     verify_signed_plan(disk_doc, keys=ring)

@@ -21,16 +21,11 @@ from countersign.kernel import (
     canonical_bytes,
 )
 from countersign.planner import make_plan
-from countersign.planner.testing import meeting_intents
+from countersign.planner.testing import meeting_intents, signed_plan
 from countersign.registry import Registry
-from countersign.signer import KeyRing, plan_hash, sign_plan, verify_signed_plan
+from countersign.signer import KeyRing, plan_hash, verify_signed_plan
 
 HC = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-
-
-def _signed(plan: Plan, ring: KeyRing) -> dict[str, Any]:
-    pid, key = ring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
 
 
 def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -91,7 +86,7 @@ def test_any_change_of_plan_content_fails_verification(
 ) -> None:
     plan = make_plan(intent, [], registry, Policy())
     assert isinstance(plan, Plan)
-    doc = _signed(plan, keyring)
+    doc = signed_plan(plan, keyring)
     paths = _paths(doc["plan"])
     path = paths[pick % len(paths)]
     tampered_plan = _set(copy.deepcopy(doc["plan"]), path, _mutate(_get(doc["plan"], path), choice))
@@ -116,7 +111,7 @@ def test_any_change_of_envelope_fails(
 ) -> None:
     plan = make_plan(intent, [], registry, Policy())
     assert isinstance(plan, Plan)
-    doc = _signed(plan, keyring)
+    doc = signed_plan(plan, keyring)
     field = sorted(doc["signature"])[pick % len(doc["signature"])]
     env = dict(doc["signature"])
     env[field] = _mutate(env[field], choice)
@@ -146,7 +141,7 @@ def test_reformatted_identical_plan_still_verifies(
 ) -> None:
     plan = make_plan(intent, [], registry, Policy())
     assert isinstance(plan, Plan)
-    doc = _signed(plan, keyring)
+    doc = signed_plan(plan, keyring)
     text = json.dumps(
         _shuffle_keys(doc, random.Random(seed)), indent=indent, ensure_ascii=ascii_only
     )
@@ -160,7 +155,7 @@ def test_same_plan_same_signature(registry: Registry, keyring: KeyRing) -> None:
 
     plan = make_plan(make_intent(), [], registry, Policy())
     assert isinstance(plan, Plan)
-    assert _signed(plan, keyring) == _signed(plan, keyring)
+    assert signed_plan(plan, keyring) == signed_plan(plan, keyring)
 
 
 @pytest.mark.parametrize(
@@ -183,7 +178,7 @@ def test_extra_top_level_field_is_refused(registry: Registry, keyring: KeyRing) 
 
     plan = make_plan(make_intent(), [], registry, Policy())
     assert isinstance(plan, Plan)
-    doc = _signed(plan, keyring)
+    doc = signed_plan(plan, keyring)
     with pytest.raises(MalformedEnvelopeError, match="unknown field"):
         verify_signed_plan({**doc, "approved": True}, keys=keyring)
 
@@ -197,4 +192,4 @@ def test_signature_from_another_key_fails(registry: Registry, keyring: KeyRing) 
     plan = make_plan(make_intent(), [], registry, Policy())
     assert isinstance(plan, Plan)
     with pytest.raises(BadSignatureError):
-        verify_signed_plan(_signed(plan, other), keys=keyring)
+        verify_signed_plan(signed_plan(plan, other), keys=keyring)

@@ -14,14 +14,11 @@ from hypothesis import strategies as st
 
 from countersign.kernel import (
     DuplicateKeyError,
-    Plan,
-    Policy,
     SignatureError,
     canonical_bytes,
     content_hash,
 )
-from countersign.planner import make_plan
-from countersign.planner.testing import T0, make_intent
+from countersign.planner.testing import T0, make_intent, signed_plan
 from countersign.registry import Registry
 from countersign.signer import (
     DOMAIN,
@@ -31,7 +28,6 @@ from countersign.signer import (
     ReceiptKeySigner,
     load_bundle,
     make_bundle,
-    sign_plan,
     verify_bundle,
 )
 
@@ -49,10 +45,7 @@ def _signed_plan(registry: Registry, ring: KeyRing, **entities: Any) -> dict[str
     intent = make_intent("purchase_item")
     if entities:
         intent = make_intent("purchase_item", entities={**intent.entities, **entities})
-    plan = make_plan(intent, [], registry, Policy())
-    assert isinstance(plan, Plan)
-    pid, key = ring.active()
-    return sign_plan(plan, key=key, pubkey_id=pid, signer="planner@system").to_json()
+    return signed_plan(intent, ring, registry)
 
 
 def _chain(

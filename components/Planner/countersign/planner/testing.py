@@ -1,4 +1,6 @@
-"""Test support for planning and signing: fixtures and hypothesis strategies (a pytest plugin).
+"""Test support for planning and signing: fixtures and hypothesis strategies (a pytest plugin),
+``signed_plan`` (an intent planned and signed, as the signed-plan document) and ``until`` (wait
+for what a real server does by polling with a deadline, never by sleeping a guessed time).
 
 Registered in the repository's ``conftest.py``. Keys made here are random per test run and never
 written to the repository.
@@ -8,26 +10,33 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import strategies as st
 from ulid import ULID
 
-from countersign.kernel import Evidence, Intent, Policy, source_registry_dir
+from countersign.kernel import Evidence, Intent, Plan, Policy, source_registry_dir
 from countersign.registry import Registry, load_registry
-from countersign.signer import KeyRing
+from countersign.signer import KeyRing, sign_plan
+
+from .core import make_plan
 
 __all__ = [
     "assert_golden_plans_gate_writes",
     "evidence_items",
     "make_intent",
     "meeting_intents",
+    "signed_plan",
+    "until",
 ]
 
 T0 = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+_T = TypeVar("_T")
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +55,37 @@ def keyring() -> KeyRing:
 def policy() -> Policy:
     """The default Policy."""
     return Policy()
+
+
+def signed_plan(
+    what: Intent | Plan,
+    keyring: KeyRing,
+    registry: Registry | None = None,
+    policy: Policy | None = None,
+) -> dict[str, Any]:
+    """The signed-plan document (GLOBAL_SPEC §5) of ``what``: an intent is planned first with no
+    evidence under ``registry`` and ``policy`` (default ``Policy()``); signed with the key ring's
+    active key by ``planner@system``."""
+    if isinstance(what, Intent):
+        assert registry is not None, "planning an intent needs the registry"
+        made = make_plan(what, [], registry, policy or Policy())
+        assert isinstance(made, Plan), made
+        what = made
+    pid, key = keyring.active()
+    return sign_plan(what, key=key, pubkey_id=pid, signer="planner@system").to_json()
+
+
+def until(probe: Callable[[], _T], timeout: float = 30.0, *, every: float = 0.2) -> _T:
+    """Call ``probe`` every ``every`` seconds until it answers something truthy, and return that;
+    at the deadline (``timeout`` seconds of wall-clock time) return its last answer, so the
+    caller's ``assert until(...), <what it shows on failure>`` decides. For real servers and
+    processes; on Temporal's time-skipping server time is moved with ``env.sleep`` instead."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got or time.monotonic() >= deadline:
+            return got
+        time.sleep(every)
 
 
 def make_intent(name: str = "schedule_meeting", **overrides: Any) -> Intent:
