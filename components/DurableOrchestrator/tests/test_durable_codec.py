@@ -301,6 +301,6 @@ def test_a_watcher_history_holds_no_clear_data(
     started = raw.events[0].workflow_execution_started_event_attributes
     opened = asyncio.run(codec.decode(list(started.input.payloads)))
     back = pydantic_data_converter.payload_converter.from_payloads(opened, [WatchInput])[0]
-    assert back.user_id == ALICE and back.signed["signature"] == doc["signature"]
+    assert back.user_id == ALICE and back.signed.to_json()["signature"] == doc["signature"]
     # the sealed history replays with a codec-enabled replayer
     asyncio.run(replayer(codec=codec).replay_workflow(raw))

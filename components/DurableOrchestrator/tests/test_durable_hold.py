@@ -35,6 +35,7 @@ from countersign.durable.testing import (  # noqa: F401  (fixture)
     sandbox_activities,
     sandbox_fixture,
     time_skipping_worker,
+    until,
 )
 from countersign.kernel import Intent, Policy, system_clock
 from countersign.planner.testing import signed_plan
@@ -420,15 +421,15 @@ def test_a_cancellation_while_the_hold_is_placed_still_releases_it(
     async def processed_cancel(handle: WorkflowHandle[Any, Any]) -> None:
         """Until a workflow task has completed after the cancellation request (the workflow has
         seen it)."""
-        for _ in range(300):
+
+        async def seen() -> bool:
             kinds = [e.event_type for e in (await handle.fetch_history()).events]
             asked = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
-            if asked in kinds and (
+            return asked in kinds and (
                 EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED in kinds[kinds.index(asked) :]
-            ):
-                return
-            await asyncio.sleep(0.1)
-        raise AssertionError("the workflow never processed the cancellation")
+            )
+
+        await until(seen, timeout=30, what="the workflow processed the cancellation")
 
     with _front_holding_back_holds(sandbox.url) as (url, seen, answer):
         acts = sandbox_activities(

@@ -53,8 +53,9 @@ from countersign.durable.testing import (  # noqa: F401  (fixture)
     sandbox_activities,
     sandbox_fixture,
     time_skipping_worker,
+    until,
 )
-from countersign.kernel import Intent, Plan, Policy, system_clock
+from countersign.kernel import ApprovalToken, Intent, Plan, Policy, SignedPlan, system_clock
 from countersign.planner import make_plan
 from countersign.planner.testing import signed_plan
 from countersign.registry import Registry
@@ -171,6 +172,10 @@ def _scenario(
 
 
 def _token(db: Database, doc: dict[str, Any], **kw: Any) -> str:
+    return _issued(db, doc, **kw).token
+
+
+def _issued(db: Database, doc: dict[str, Any], **kw: Any) -> ApprovalToken:
     args: dict[str, Any] = {
         "plan_id": doc["plan"]["plan_id"],
         "plan_hash": doc["plan_hash"],
@@ -181,7 +186,7 @@ def _token(db: Database, doc: dict[str, Any], **kw: Any) -> str:
         "choice": {"slot": {"id": "slot-1"}},
     }
     args.update(kw)
-    return Approvals(db, clock=system_clock).issue(**args).token
+    return Approvals(db, clock=system_clock).issue(**args)
 
 
 async def _replay(env: WorkflowEnvironment, wid: str, save_as: str | None = None) -> None:
@@ -280,8 +285,10 @@ def test_expired_token_is_refused_then_cancel(
         handle = await _start(env, doc)
         await _until(env, handle, "waiting_approval", step_h=1)
         latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
-        token = _token(db, doc, ttl_s=1)
-        await asyncio.sleep(1.2)  # the ledger's clock is the real one
+        issued = _issued(db, doc, ttl_s=1)
+        token = issued.token
+        # the ledger's clock is the real one: wait until it has passed the token's expiry
+        await until(lambda: system_clock() > issued.exp, timeout=5, what="the token expired")
         with pytest.raises(WorkflowUpdateFailedError):
             await latest.execute_update(
                 WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
@@ -315,7 +322,7 @@ def test_cancel_mid_watch_and_reconfigure(
         st = await latest.query(WatcherWorkflow.status)
         # the interval changed; the signed window did not (changing it is a new plan revision)
         assert st is not None and st.poll_interval_s == 600
-        assert (st.date_from, st.date_to) == ("2027-03-01T00:00:00Z", "2027-03-31T00:00:00Z")
+        assert not {"date_from", "date_to"} & st.model_dump().keys()  # nothing to change
         await _cancel_ends_canceled(latest)
         await _replay(env, handle.id)
         return doc
@@ -491,8 +498,8 @@ def test_real_dev_server_restart_keeps_the_watcher(
 
     from countersign.durable import connect, start_watcher
     from countersign.durable.runtime import temporal_start, temporal_stop
+    from countersign.durable.watcher import POLL_COUNT, WATCH_STATE
     from countersign.durable.worker import replayer
-    from countersign.durable.workflows import POLL_COUNT, WATCH_STATE
     from countersign.n8n import free_port
 
     port, ui = free_port(), free_port()
@@ -533,21 +540,28 @@ def test_real_dev_server_restart_keeps_the_watcher(
                 desc.typed_search_attributes.get(SearchAttributeKey.for_keyword("plan_id"))
                 == doc["plan"]["plan_id"]
             )
-            await asyncio.sleep(3)
+
+            # how the watcher stands is searchable: state and poll count, upserted as it polls
+            async def polled() -> Any:
+                attrs = (await handle.describe()).typed_search_attributes
+                return attrs if (attrs.get(POLL_COUNT) or 0) >= 1 else None
+
+            attrs = await until(polled, timeout=30, every=0.2, what="poll_count upserted")
             st = await client.get_workflow_handle_for(WatcherWorkflow.run, wid).query(
                 WatcherWorkflow.status
             )
-            # how the watcher stands is searchable: state and poll count, upserted as it polls
-            attrs = (await handle.describe()).typed_search_attributes
             assert attrs.get(WATCH_STATE) == "watching"
             assert 1 <= (attrs.get(POLL_COUNT) or 0) <= st.polls
-            found = [
-                w.id
-                async for w in client.list_workflows(
-                    f'watch_state = "watching" AND poll_count >= 1 AND plan_id = "{doc["plan"]["plan_id"]}"'
-                )
-            ]
-            assert found == [wid]
+
+            async def listed() -> list[str]:
+                return [
+                    w.id
+                    async for w in client.list_workflows(
+                        f'watch_state = "watching" AND poll_count >= 1 AND plan_id = "{doc["plan"]["plan_id"]}"'
+                    )
+                ]
+
+            assert await until(listed, timeout=10, every=0.2, what="the search finds it") == [wid]
             return int(st.polls)
 
         before = asyncio.run(phase(first))
@@ -558,11 +572,12 @@ def test_real_dev_server_restart_keeps_the_watcher(
 
         async def second(client: Any) -> Any:
             handle = client.get_workflow_handle_for(WatcherWorkflow.run, wid)
-            for _ in range(100):
-                st = await handle.query(WatcherWorkflow.status)
-                if st.status == "waiting_approval":
-                    break
-                await asyncio.sleep(0.2)
+            st = await until(
+                lambda: _status_if(handle, "waiting_approval"),
+                timeout=20,
+                every=0.2,
+                what="waiting_approval after the restart",
+            )
             assert st.polls > before
             await handle.execute_update(
                 WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
@@ -708,16 +723,13 @@ def test_worker_sigkill_and_approval_while_no_worker_runs(
                 poll_interval_s=1,
             )
             handle = await start_watcher(client, inp)
-            for _ in range(300):
-                st = await handle.query(WatcherWorkflow.status)
-                if st is not None and st.status == "waiting_approval":
-                    break
-                await asyncio.sleep(0.1)
-            else:
+            try:
+                await until(lambda: _status_if(handle, "waiting_approval"), timeout=30)
+            except AssertionError as e:
                 raise AssertionError(
-                    "watcher never waited for approval: "
+                    f"{e}: watcher never waited for approval: "
                     + (tmp_path / "worker.log").read_text()[-2000:]
-                )
+                ) from e
             first.send_signal(signal.SIGKILL)
             first.wait(10)
             approval = asyncio.create_task(
@@ -726,8 +738,8 @@ def test_worker_sigkill_and_approval_while_no_worker_runs(
                     ApproveGate(gate_id="gate-A", token=_token(db, doc)),
                 )
             )
-            await asyncio.sleep(2)
-            assert not approval.done()  # nobody to run it yet
+            with pytest.raises(TimeoutError):  # nobody to run it yet: not answered within 2 s
+                await asyncio.wait_for(asyncio.shield(approval), timeout=2)
             second = worker()
             assert await asyncio.wait_for(approval, 60) == "approved"
             return await asyncio.wait_for(handle.result(), 60)
@@ -779,13 +791,22 @@ def _plan_scenario(
     return asyncio.run(go())
 
 
+async def _status_if(handle: Any, status: str) -> Any:
+    """The watcher's status when it is ``status`` (None otherwise), for ``until``."""
+    st = await handle.query(WatcherWorkflow.status)
+    return st if st is not None and st.status == status else None
+
+
+async def _plan_waiting(handle: Any) -> dict[str, str] | None:
+    """The plan run's step statuses once a gate waits (None before), for ``until``."""
+    st = await handle.query(PlanExecutionWorkflow.status)
+    return dict(st) if "waiting_approval" in st.values() else None
+
+
 async def _plan_until_waiting(env: WorkflowEnvironment, handle: Any) -> dict[str, str]:
-    for _ in range(200):
-        st = await handle.query(PlanExecutionWorkflow.status)
-        if "waiting_approval" in st.values():
-            return dict(st)
-        await asyncio.sleep(0.05)
-    raise AssertionError("the plan never waited for its gate")
+    return await until(
+        lambda: _plan_waiting(handle), timeout=10, every=0.05, what="the plan waits for its gate"
+    )
 
 
 def test_plan_interpreter_parallel_reads_gate_write_notify(
@@ -891,15 +912,16 @@ def test_plan_saga_compensates_the_booking_when_the_mail_fails(
 
 
 async def _until_unknown(handle: Any, query: Any) -> Any:
-    for _ in range(300):
+    async def unknown() -> Any:
         st = await handle.query(query)
         if st is not None and (
             getattr(st, "status", None) == "outcome_unknown"
             or (isinstance(st, dict) and "outcome_unknown" in st.values())
         ):
             return st
-        await asyncio.sleep(0.1)
-    raise AssertionError("the write never reached outcome_unknown")
+        return None
+
+    return await until(unknown, timeout=30, what="the write reached outcome_unknown")
 
 
 def test_watcher_unknown_booking_outcome_waits_for_a_person(
@@ -1088,13 +1110,10 @@ def test_worker_sigkill_mid_write_effect_happens_once(
                 activity_timeout_s=3,
             )
             handle = await start_watcher(client, inp)
-            for _ in range(300):
-                st = await handle.query(WatcherWorkflow.status)
-                if st is not None and st.status == "waiting_approval":
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError((tmp_path / "worker.log").read_text()[-2000:])
+            try:
+                await until(lambda: _status_if(handle, "waiting_approval"), timeout=30)
+            except AssertionError as e:
+                raise AssertionError((tmp_path / "worker.log").read_text()[-2000:]) from e
             await handle.execute_update(
                 WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
             )
@@ -1188,17 +1207,16 @@ def test_search_attributes_registered_on_a_bare_server_find_the_run(
             ]
             assert await register_search_attributes(client) == []
             handle = await start_watcher(client, inp)
-            found: list[str] = []
-            for _ in range(50):
-                found = [
+
+            async def listed() -> list[str]:
+                return [
                     w.id
                     async for w in client.list_workflows(
                         f"plan_id = '{doc['plan']['plan_id']}' AND user_id = 'alice@example.com'"
                     )
                 ]
-                if found:
-                    break
-                await asyncio.sleep(0.2)
+
+            found = await until(listed, timeout=10, every=0.2, what="the search finds it")
             # what the UI shows of it: a summary that says what is watched and how often, and
             # details without the signature or any token
             described = await handle.describe()
@@ -1253,7 +1271,7 @@ def test_worker_refuses_a_plan_signed_against_another_registry_or_expired(
         ),
     ):
         with pytest.raises(ApplicationError) as info:
-            env.run(acts.verify_plan, doc)
+            env.run(acts.verify_plan, SignedPlan.model_validate(doc))
         assert info.value.type == code and info.value.non_retryable
     with db.tx() as c:
         rows = c.execute(
@@ -1288,12 +1306,12 @@ def test_worker_follows_registry_edits_made_through_the_api(
     follows = DurableActivities(
         db, keys=keyring, registry=registry, settings={}, registry_source=store.current
     )
-    assert env.run(follows.verify_plan, after) is not None
+    assert env.run(follows.verify_plan, SignedPlan.model_validate(after)) is not None
     assert follows.registry.version == edited.version
     stays = DurableActivities(db, keys=keyring, registry=registry, settings={})
     for acts, signed in ((follows, before), (stays, after)):
         with pytest.raises(ApplicationError) as info:
-            env.run(acts.verify_plan, signed)
+            env.run(acts.verify_plan, SignedPlan.model_validate(signed))
         assert info.value.type == "registry_changed" and info.value.non_retryable
 
 
@@ -1363,7 +1381,7 @@ def test_verify_plan_stores_the_plan_with_its_plan_signed_row_once(
     doc = _signed(registry, keyring)
     acts = DurableActivities(db, keys=keyring, registry=registry, settings={})
     for _ in range(3):
-        ActivityEnvironment().run(acts.verify_plan, doc)
+        ActivityEnvironment().run(acts.verify_plan, SignedPlan.model_validate(doc))
     with db.tx() as c:
         rows = c.execute(
             text("SELECT actor, details FROM audit_log WHERE kind = 'plan_signed'")
@@ -1447,12 +1465,13 @@ def test_the_temporal_ui_shows_what_a_watcher_does_on_a_dev_server(
     )
 
     async def status(handle: WorkflowHandle[Any, Any], polls: int, state: str) -> Any:
-        for _ in range(300):
+        async def reached() -> Any:
             st = await handle.query(WatcherWorkflow.status)
-            if st is not None and st.polls == polls and st.status == state:
-                return st
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"the watcher never reached {state} after {polls} polls")
+            return st if st is not None and st.polls == polls and st.status == state else None
+
+        return await until(
+            reached, timeout=60, every=0.2, what=f"the watcher in {state} after {polls} polls"
+        )
 
     async def go() -> None:
         async with _dev_server_worker(tmp_path / "temporal", acts) as client:
@@ -1550,13 +1569,7 @@ def test_the_temporal_ui_shows_what_a_plan_run_does_on_a_dev_server(
                 "\n\n**Cancel** from the chat card, `countersign cancel <plan_id>` or "
                 "`POST /v1/plans/<plan_id>/cancel`"
             )
-            for _ in range(300):
-                if (
-                    "waiting_approval"
-                    in (await handle.query(PlanExecutionWorkflow.status)).values()
-                ):
-                    break
-                await asyncio.sleep(0.2)
+            await until(lambda: _plan_waiting(handle), timeout=60, every=0.2)
             assert await _current_details(handle) == (
                 "**waiting_approval** · done 2/5 · waiting gate-A (step 3)"
             )

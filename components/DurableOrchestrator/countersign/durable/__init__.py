@@ -24,6 +24,7 @@ from .models import (
     WatchState,
 )
 from .plan_workflow import PlanExecutionWorkflow
+from .watcher import WatcherWorkflow
 from .reconcile import DurableReconciler, ReconcileError, ended_outcome
 from .worker import (
     TASK_QUEUE,
@@ -38,7 +39,6 @@ from .worker import (
     watch_input_for,
     workflow_runner,
 )
-from .workflows import WatcherWorkflow
 
 __all__ = [
     "TASK_QUEUE",

@@ -1,15 +1,30 @@
-"""Inputs, state and results of the durable workflows (one pydantic model each)."""
+"""Inputs, state and results of the durable workflows (one pydantic model each).
+
+Every model that names a plan carries the typed ``SignedPlan`` (Kernel): it becomes JSON only
+where Temporal stores a payload (the pydantic data converter, sealed by ``codec.py``), and a
+payload recorded as a plain signed-plan document — every history from before — parses into it.
+Activities verify it (``verify_signed_plan`` over its ``to_json()``) before anything runs.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+from countersign.kernel import SignedPlan
+from countersign.registry import Offers
 
 
 class _M(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+#: fields ``WatchState`` once carried: the watched step's window, copied from its signed args
+#: when the poll could be told another one (it cannot: a change of what is polled is a new plan
+#: revision, and activities refuse any argument the plan did not sign)
+RETIRED_STATE_FIELDS = frozenset({"date_from", "date_to"})
 
 
 class WatchState(_M):
@@ -23,8 +38,6 @@ class WatchState(_M):
     last_poll_at: datetime | None = None
     next_poll_at: datetime | None = None
     poll_interval_s: int
-    date_from: str
-    date_to: str
     found: Any = None
     status: Literal["watching", "waiting_approval", "booking", "outcome_unknown", "done"] = (
         "watching"
@@ -36,11 +49,21 @@ class WatchState(_M):
     #: the write whose outcome is unknown, waiting for a person's ``resolve_step``
     unknown_step: int | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired(cls, data: Any) -> Any:
+        """A state carried across ContinueAsNew by an earlier version may still hold fields it
+        no longer has (``RETIRED_STATE_FIELDS``): they are dropped, not refused, so such runs go
+        on (DurableOrchestrator LLD, "Determinism")."""
+        if isinstance(data, dict) and RETIRED_STATE_FIELDS & data.keys():
+            return {k: v for k, v in data.items() if k not in RETIRED_STATE_FIELDS}
+        return data
+
 
 class WatchInput(_M):
     """Start a watcher for a signed plan's durable Watcher → gate → Booker → Notifier steps."""
 
-    signed: dict[str, Any]
+    signed: SignedPlan
     user_id: str
     watch_step: int
     gate_id: str
@@ -51,6 +74,11 @@ class WatchInput(_M):
     start_gate_id: str | None = None
     hold_step: int | None = None
     notice_step: int | None = None
+    #: what the watched op offers (its registry ``offers``, PluginRegistry): which list of a
+    #: poll's output holds what was found and how a choice picks one. None — runs started before
+    #: it was carried, or an op that declares none — reads the first non-empty list
+    #: (``offers.offered``), the rule the ``poll`` activity audits ``found`` by
+    offers: Offers | None = None
     poll_interval_s: int = Field(default=900, ge=1)
     max_polls: int = Field(default=2000, ge=1)
     max_lifetime_s: int = Field(default=30 * 86400, ge=1)
@@ -95,7 +123,7 @@ class WatchResult(_M):
 class StepCall(_M):
     """An activity's instruction to run one plan step."""
 
-    signed: dict[str, Any]
+    signed: SignedPlan
     user_id: str
     step: int
     args_override: dict[str, Any] = Field(default_factory=dict)
@@ -106,18 +134,30 @@ class StepCall(_M):
 
 
 class RedeemCall(_M):
-    """Redeem (or, for ``reject_gate``, record the rejection of) a gate for the watcher's plan."""
+    """Redeem the person's approval token for a gate (``redeem_gate``, ``require_gate``)."""
 
-    signed: dict[str, Any]
+    signed: SignedPlan
     user_id: str
     gate_id: str
     token: str
 
 
+class RejectCall(_M):
+    """Record the person's rejection of a gate (``reject_gate`` activity), with its reason.
+
+    Payloads scheduled before this model existed were a ``RedeemCall`` whose ``token`` held the
+    reason: ``token`` is still read as ``reason``, so such an activity runs on a newer worker."""
+
+    signed: SignedPlan
+    user_id: str
+    gate_id: str
+    reason: str = Field(validation_alias=AliasChoices("reason", "token"))
+
+
 class PlanInput(_M):
     """Run a signed plan's durable steps (no Watcher) as a DAG."""
 
-    signed: dict[str, Any]
+    signed: SignedPlan
     user_id: str
     approval_timeout_s: int = Field(default=86400, ge=1)
     #: start-to-close timeout of each activity (a lost worker is noticed after this long)
@@ -149,7 +189,7 @@ class ReconcileCall(_M):
 class FinishCall(_M):
     """How a durable run ended, for the plan's status and the audit log (activity input)."""
 
-    signed: dict[str, Any]
+    signed: SignedPlan
     user_id: str
     outcome: str = Field(min_length=1, max_length=32)
     workflow_id: str = ""
@@ -165,7 +205,7 @@ class DoneWrite(_M):
 class CompensateCall(_M):
     """Undo these writes, newest first."""
 
-    signed: dict[str, Any]
+    signed: SignedPlan
     user_id: str
     done: list[DoneWrite]
     outputs: dict[str, Any] = Field(default_factory=dict)

@@ -6,7 +6,8 @@ wave run concurrently (``asyncio.gather`` of activities). Reads are ``poll`` act
 ``reject_gate`` update (token redeemed by an activity). When a write fails after other writes
 succeeded, the registry's compensations run newest first (``compensate`` activity) — a saga.
 A write whose outcome is unknown waits in ``outcome_unknown`` for a person's ``resolve_step``
-update (never a blind retry). No ``assert`` in workflow code.
+update (never a blind retry). No ``assert`` in workflow code. The gate decisions, the unknown-outcome
+wait and the run's end are the watcher's too (``workflow_steps.py``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.kernel import Plan, PlanStep
+    from countersign.kernel import PlanStep
     from countersign.steps import run_dag
 
     from .activities import DurableActivities
@@ -31,29 +31,23 @@ with workflow.unsafe.imports_passed_through():
         DoneWrite,
         PlanInput,
         PlanRunResult,
-        ReconcileCall,
-        RedeemCall,
         RejectGate,
         ResolveStep,
         StepCall,
     )
+    from .patches import ONE_SCHEDULER_PATCH
     from .summary import plan_now, plan_step_summary
-    from .workflows import (
-        CANCEL_PATCH,
+    from .workflow_steps import (
+        Resolutions,
+        cancel_recorded,
         finish,
-        not_started,
-        outcome_unknown,
         record_cancel,
-        shielded,
+        record_rejection,
+        redeem,
+        verify,
     )
 
 __all__ = ["PlanExecutionWorkflow"]
-
-_ONCE = RetryPolicy(maximum_attempts=1)
-_WRITE = RetryPolicy(
-    maximum_attempts=5,
-    non_retryable_error_types=["idempotency_outcome_unknown", "provider_refused"],
-)
 
 
 class _GateClosedError(Exception):
@@ -62,7 +56,7 @@ class _GateClosedError(Exception):
         self.status = status
 
 
-@workflow.defn
+@workflow.defn(name="PlanExecutionWorkflow")  # the workflow type: never renamed (runs in flight)
 class PlanExecutionWorkflow:
     """Runs one signed plan's durable DAG."""
 
@@ -71,9 +65,8 @@ class PlanExecutionWorkflow:
         self._status: dict[int, str] = {}
         self._decisions: dict[str, str] = {}
         self._choices: dict[str, Any] = {}
-        self._unknown: dict[int, StepCall] = {}
-        self._resolving: set[int] = set()
-        self._resolved: set[int] = set()
+        self._stored = False
+        self._resolutions = Resolutions()
 
     def _timeout(self) -> timedelta:
         return timedelta(seconds=self._inp.activity_timeout_s if self._inp else 60)
@@ -92,20 +85,7 @@ class PlanExecutionWorkflow:
     @workflow.update
     async def approve_gate(self, approval: ApproveGate) -> str:
         """Redeem the token for a waiting gate; the writes after it may run."""
-        if self._inp is None:
-            raise not_started("approve_gate")
-        choice = await workflow.execute_activity_method(
-            DurableActivities.redeem_gate,
-            RedeemCall(
-                signed=self._inp.signed,
-                user_id=self._inp.user_id,
-                gate_id=approval.gate_id,
-                token=approval.token,
-            ),
-            retry_policy=_ONCE,
-            start_to_close_timeout=self._timeout(),
-            summary=f"{approval.gate_id}: redeem the person's approval",
-        )
+        choice = await redeem(self._inp, approval, self._timeout())
         self._choices[approval.gate_id] = choice
         self._decisions[approval.gate_id] = "approved"
         return "approved"
@@ -117,20 +97,7 @@ class PlanExecutionWorkflow:
     @workflow.update
     async def reject_gate(self, rejection: RejectGate) -> str:
         """Record the rejection; nothing after the gate runs."""
-        if self._inp is None:
-            raise not_started("reject_gate")
-        await workflow.execute_activity_method(
-            DurableActivities.reject_gate,
-            RedeemCall(
-                signed=self._inp.signed,
-                user_id=self._inp.user_id,
-                gate_id=rejection.gate_id,
-                token=rejection.reason or "rejected",
-            ),
-            retry_policy=_ONCE,
-            start_to_close_timeout=self._timeout(),
-            summary=f"{rejection.gate_id}: record the person's rejection",
-        )
+        await record_rejection(self._inp, rejection, self._timeout())
         self._decisions[rejection.gate_id] = "rejected"
         return "rejected"
 
@@ -141,9 +108,7 @@ class PlanExecutionWorkflow:
     def _check_gate(self, gate_id: str) -> None:
         if self._inp is None:
             raise ValueError("the plan has not started")
-        steps = [
-            s["step"] for s in self._inp.signed["plan"]["graph"] if s.get("gate_id") == gate_id
-        ]
+        steps = [s.step for s in self._inp.signed.plan.graph if s.gate_id == gate_id]
         if not steps:
             raise ValueError(f"the plan has no {gate_id}")
         if self._status.get(steps[0]) != "waiting_approval":
@@ -155,88 +120,43 @@ class PlanExecutionWorkflow:
     async def resolve_step(self, resolution: ResolveStep) -> str:
         """A person settles a write whose outcome is unknown (ledger reconciled by an activity);
         the step then runs again: answered from the ledger, or sent again under the same key."""
-        call = self._unknown.get(resolution.step)
-        if call is None:
-            raise not_started("resolve_step")
-        self._resolving.add(resolution.step)
-        try:
-            await workflow.execute_activity_method(
-                DurableActivities.reconcile_step,
-                ReconcileCall(call=call, outcome=resolution.outcome, result=resolution.result),
-                retry_policy=_ONCE,
-                start_to_close_timeout=self._timeout(),
-            )
-        finally:
-            self._resolving.discard(resolution.step)
-        self._resolved.add(resolution.step)
-        return resolution.outcome
+        return await self._resolutions.resolve(resolution, self._timeout())
 
     @resolve_step.validator
     def _check_resolve(self, resolution: ResolveStep) -> None:
         if self._status.get(resolution.step) != "outcome_unknown":
             raise ValueError(f"step {resolution.step} is not waiting for a resolution")
-        if resolution.step in self._resolving or resolution.step in self._resolved:
-            raise ValueError(f"step {resolution.step} is already being resolved")
+        self._resolutions.check(resolution)
 
     @workflow.run
     async def run(self, inp: PlanInput) -> PlanRunResult:
-        try:
-            result = await self._run(inp)
-        except (asyncio.CancelledError, ActivityError, ApplicationError) as e:
-            # Temporal's own cancellation (the UI's "Request Cancellation", the API's cancel) —
-            # raised as such, or as the cancelled activity it interrupted: record the outcome,
-            # then end CANCELED (histories from before replay unchanged)
-            if not is_cancelled_exception(e) or not workflow.patched(CANCEL_PATCH):
-                raise
-            stored = getattr(self, "_stored", False)
-            self._show(ended="cancelled")
-            await shielded(record_cancel(inp.signed, inp.user_id, self._timeout(), stored))
-            raise asyncio.CancelledError from e
+        result = await cancel_recorded(self._run(inp), lambda: self._cancelled_end(inp))
         self._show(ended=result.status)
         await finish(inp.signed, inp.user_id, result.status, self._timeout())
         return result
 
+    async def _cancelled_end(self, inp: PlanInput) -> None:
+        """A run cancelled through Temporal: show it, record the outcome."""
+        self._show(ended="cancelled")
+        await record_cancel(inp.signed, inp.user_id, self._timeout(), self._stored)
+
     async def _run(self, inp: PlanInput) -> PlanRunResult:
         self._inp = inp
-        await workflow.execute_activity_method(
-            DurableActivities.verify_plan,
-            inp.signed,
-            retry_policy=_ONCE,
-            start_to_close_timeout=self._timeout(),
-            summary="verify the signed plan",
-        )
+        await verify(inp.signed, self._timeout())
         self._stored = True
-        graph = {int(s["step"]): s for s in inp.signed["plan"]["graph"]}
+        graph = {s.step: s for s in inp.signed.plan.graph}
         self._status = dict.fromkeys(graph, "pending")
         self._show()
         outputs: dict[str, Any] = {}
         done_writes: list[DoneWrite] = []
-        if workflow.patched("one-scheduler-v1"):
+        if workflow.patched(ONE_SCHEDULER_PATCH):
             closed, failed = await self._schedule(inp, graph, outputs, done_writes)
         else:  # histories recorded before the shared scheduler: whole waves, as they ran then
             closed, failed = await self._waves(inp, graph, outputs, done_writes)
         if closed is not None:
             return PlanRunResult.model_validate({"status": closed, "steps": self.status()})
         if failed is not None:
-            compensated: list[int] = []
-            if done_writes:
-                compensated = await workflow.execute_activity_method(
-                    DurableActivities.compensate,
-                    CompensateCall(
-                        signed=inp.signed,
-                        user_id=inp.user_id,
-                        done=done_writes,
-                        outputs=outputs,
-                        choices=self._choices,
-                    ),
-                    retry_policy=RetryPolicy(maximum_attempts=5),
-                    start_to_close_timeout=self._timeout(),
-                    summary="compensate steps "
-                    + ", ".join(str(d.step) for d in reversed(done_writes))
-                    + f" (step {failed} failed)",
-                )
-                for c in compensated:
-                    self._status[c] = "compensated"
+            compensated = await self._compensate(inp, failed, done_writes, outputs)
             return PlanRunResult(
                 status="failed",
                 steps=self.status(),
@@ -245,26 +165,52 @@ class PlanExecutionWorkflow:
             )
         return PlanRunResult(status="completed", steps=self.status())
 
+    async def _compensate(
+        self, inp: PlanInput, failed: int, done_writes: list[DoneWrite], outputs: dict[str, Any]
+    ) -> list[int]:
+        """The saga: undo the writes that happened, newest first (one activity, each through the
+        ledger); the steps compensated."""
+        if not done_writes:
+            return []
+        compensated: list[int] = await workflow.execute_activity_method(
+            DurableActivities.compensate,
+            CompensateCall(
+                signed=inp.signed,
+                user_id=inp.user_id,
+                done=done_writes,
+                outputs=outputs,
+                choices=self._choices,
+            ),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            start_to_close_timeout=self._timeout(),
+            summary="compensate steps "
+            + ", ".join(str(d.step) for d in reversed(done_writes))
+            + f" (step {failed} failed)",
+        )
+        for c in compensated:
+            self._status[c] = "compensated"
+        return compensated
+
     def _finished(
         self,
         n: int,
-        s: dict[str, Any],
+        s: PlanStep,
         r: Any,
         outputs: dict[str, Any],
         done_writes: list[DoneWrite],
     ) -> None:
         self._status[n] = "done"
         self._show()
-        if not s["dry_run"] and not s.get("gate_id"):
+        if not s.dry_run and not s.gate_id:
             done_writes.append(DoneWrite(step=n, result=dict(r.get("result") or {})))
             outputs[str(n)] = r.get("result")
-        elif not s.get("gate_id"):
+        elif not s.gate_id:
             outputs[str(n)] = r
 
     async def _schedule(
         self,
         inp: PlanInput,
-        graph: dict[int, dict[str, Any]],
+        graph: dict[int, PlanStep],
         outputs: dict[str, Any],
         done_writes: list[DoneWrite],
     ) -> tuple[str | None, int | None]:
@@ -291,9 +237,8 @@ class PlanExecutionWorkflow:
             self._finished(n, graph[n], r, outputs, done_writes)
             return r
 
-        plan = Plan.model_validate(inp.signed["plan"])
         try:
-            await run_dag(plan, sorted(graph), one)
+            await run_dag(inp.signed.plan, sorted(graph), one)
         except _GateClosedError as e:
             return e.status, None
         except Exception as e:
@@ -304,10 +249,11 @@ class PlanExecutionWorkflow:
     async def _waves(
         self,
         inp: PlanInput,
-        graph: dict[int, dict[str, Any]],
+        graph: dict[int, PlanStep],
         outputs: dict[str, Any],
         done_writes: list[DoneWrite],
     ) -> tuple[str | None, int | None]:
+        """Histories recorded before ``one-scheduler-v1``: whole waves, as they ran then."""
         finished: set[int] = set()
         while len(finished) < len(graph):
             wave = [
@@ -315,7 +261,7 @@ class PlanExecutionWorkflow:
                 for n in sorted(graph)
                 if n not in finished
                 and self._status[n] == "pending"
-                and all(d in finished for d in graph[n]["after"])
+                and all(d in finished for d in graph[n].after)
             ]
             results = await asyncio.gather(
                 *(self._step(inp, graph[n], outputs) for n in wave), return_exceptions=True
@@ -336,23 +282,11 @@ class PlanExecutionWorkflow:
                 return closed, failed
         return None, None
 
-    async def _step(self, inp: PlanInput, s: dict[str, Any], outputs: dict[str, Any]) -> Any:
-        n = int(s["step"])
-        gate = s.get("gate_id")
+    async def _step(self, inp: PlanInput, s: PlanStep, outputs: dict[str, Any]) -> Any:
+        n = s.step
+        gate = s.gate_id
         if gate:
-            self._status[n] = "waiting_approval"
-            self._show()
-            try:
-                await workflow.wait_condition(
-                    lambda: gate in self._decisions,
-                    timeout=timedelta(seconds=inp.approval_timeout_s),
-                    timeout_summary=plan_step_summary(inp.signed, n),
-                )
-            except TimeoutError:
-                raise _GateClosedError("approval_timeout") from None
-            if self._decisions[gate] != "approved":
-                raise _GateClosedError("rejected")
-            return self._choices.get(gate)
+            return await self._gate(inp, n, gate)
         self._status[n] = "running"
         self._show()
         call = StepCall(
@@ -362,7 +296,7 @@ class PlanExecutionWorkflow:
             outputs=dict(outputs),
             choices=dict(self._choices),
         )
-        if s["dry_run"]:
+        if s.dry_run:
             return await workflow.execute_activity_method(
                 DurableActivities.poll,
                 call,
@@ -370,25 +304,31 @@ class PlanExecutionWorkflow:
                 start_to_close_timeout=self._timeout(),
                 summary=plan_step_summary(inp.signed, n),
             )
-        while True:
-            try:
-                result = await workflow.execute_activity_method(
-                    DurableActivities.write_step,
-                    call,
-                    retry_policy=_WRITE,
-                    start_to_close_timeout=self._timeout(),
-                    summary=plan_step_summary(inp.signed, n),
-                )
-                return {"result": result}
-            except ActivityError as e:
-                if not outcome_unknown(e):
-                    raise
-            # never a blind retry: a person looks at the provider and resolves the step
-            self._status[n] = "outcome_unknown"
+
+        def unknown(waiting: bool) -> None:  # never a blind retry: a person resolves the step
+            self._status[n] = "outcome_unknown" if waiting else "running"
             self._show()
-            self._unknown[n] = call
-            self._resolved.discard(n)
-            await workflow.wait_condition(lambda: n in self._resolved)
-            self._unknown.pop(n, None)
-            self._status[n] = "running"
-            self._show()
+
+        result = await self._resolutions.write(
+            call,
+            timeout=self._timeout(),
+            summary=plan_step_summary(inp.signed, n),
+            unknown=unknown,
+        )
+        return {"result": result}
+
+    async def _gate(self, inp: PlanInput, n: int, gate: str) -> Any:
+        """Wait for the person's decision on the gate; the choice, or the run closes."""
+        self._status[n] = "waiting_approval"
+        self._show()
+        try:
+            await workflow.wait_condition(
+                lambda: gate in self._decisions,
+                timeout=timedelta(seconds=inp.approval_timeout_s),
+                timeout_summary=plan_step_summary(inp.signed, n),
+            )
+        except TimeoutError:
+            raise _GateClosedError("approval_timeout") from None
+        if self._decisions[gate] != "approved":
+            raise _GateClosedError("rejected")
+        return self._choices.get(gate)

@@ -4,10 +4,13 @@ current (``workflow.set_current_details``). Pure: the worker and the workflow ca
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from .models import WatchInput, WatchState
+from countersign.kernel import PlanStep, SignedPlan
+
+from .models import StepCall, WatchInput, WatchState
 
 __all__ = [
     "every",
@@ -18,6 +21,7 @@ __all__ = [
     "watch_details",
     "watch_now",
     "watch_summary",
+    "write_summary",
 ]
 
 _POLL_ARGS = {"poll_interval_s", "max_polls", "max_lifetime_s"}
@@ -35,13 +39,24 @@ def every(seconds: int | float) -> str:
     return f"every {s} s"
 
 
-def _step(signed: dict[str, Any], n: int) -> dict[str, Any]:
-    graph = signed.get("plan", {}).get("graph", [])
-    found = [s for s in graph if s.get("step") == n]
-    return found[0] if found else {}
+def _step(signed: SignedPlan, n: int) -> PlanStep | None:
+    return next((s for s in signed.plan.graph if s.step == n), None)
 
 
-def _what(args: dict[str, Any]) -> list[str]:
+def _op(step: PlanStep | None) -> str:
+    return f"{step.uses}.{step.call}" if step is not None else "?.?"
+
+
+def _head(signed: SignedPlan) -> str:
+    """``**Plan** `<id>` · intent `<intent>` · hash `<12 hex>…``."""
+    plan = signed.plan
+    return (
+        f"**Plan** `{plan.plan_id}` · intent `{plan.intent.intent}`"
+        f" · hash `{signed.plan_hash[:12]}…`"
+    )
+
+
+def _what(args: Mapping[str, Any]) -> list[str]:
     """The watched arguments a person recognises (scalars, dates shortened to the day)."""
     out = []
     for k, v in args.items():
@@ -59,8 +74,8 @@ def watch_summary(inp: WatchInput) -> str:
     parts = [
         "Watcher",
         inp.user_id,
-        f"{step.get('uses', '?')}.{step.get('call', '?')}",
-        *_what(step.get("args", {})),
+        _op(step),
+        *_what(step.args if step is not None else {}),
         every(inp.poll_interval_s),
     ]
     return " · ".join(parts)[:200]
@@ -69,16 +84,13 @@ def watch_summary(inp: WatchInput) -> str:
 def watch_details(inp: WatchInput) -> str:
     """The run's details pane (Markdown): the plan, what approval leads to, the budget, how to
     cancel. No signature, token or secret: those never leave the signed payload."""
-    plan = inp.signed.get("plan", {})
     book = _step(inp.signed, inp.book_step)
     lines = [
-        f"**Plan** `{plan.get('plan_id', '?')}` · intent `{plan.get('intent', {}).get('intent', '?')}`"
-        f" · hash `{str(inp.signed.get('plan_hash', ''))[:12]}…`",
+        _head(inp.signed),
         f"**Watches** step {inp.watch_step} {every(inp.poll_interval_s)}, at most "
         f"{inp.max_polls} polls within {inp.max_lifetime_s // 3600} h",
         f"**When found** {inp.gate_id} asks the person; on approval step {inp.book_step} "
-        f"`{book.get('uses', '?')}.{book.get('call', '?')}` runs"
-        + (f", then step {inp.notify_step} mails" if inp.notify_step else ""),
+        f"`{_op(book)}` runs" + (f", then step {inp.notify_step} mails" if inp.notify_step else ""),
         "**Cancel** from the chat card, `countersign cancel <plan_id>` or "
         "`POST /v1/plans/<plan_id>/cancel`",
     ]
@@ -104,15 +116,14 @@ def watch_now(st: WatchState, *, ended: str | None = None) -> str:
     return line
 
 
-def plan_summary(signed: dict[str, Any], user_id: str) -> str:
+def plan_summary(signed: SignedPlan, user_id: str) -> str:
     """``Plan · purchase_item · alice@example.com · 6 steps · 2 gates``."""
-    plan = signed.get("plan", {})
-    graph = plan.get("graph", [])
-    gates = sum(1 for s in graph if s.get("gate_id"))
+    graph = signed.plan.graph
+    gates = sum(1 for s in graph if s.gate_id)
     return " · ".join(
         [
             "Plan",
-            str(plan.get("intent", {}).get("intent", "?")),
+            signed.plan.intent.intent,
             user_id,
             f"{len(graph)} steps",
             f"{gates} gate{'s' if gates != 1 else ''}",
@@ -120,55 +131,58 @@ def plan_summary(signed: dict[str, Any], user_id: str) -> str:
     )[:200]
 
 
-def _op(step: dict[str, Any]) -> str:
-    return f"{step.get('uses', '?')}.{step.get('call', '?')}"
-
-
-def _gates_before(graph: list[dict[str, Any]], n: int) -> list[str]:
+def _gates_before(graph: list[PlanStep], n: int) -> list[str]:
     """The gates step ``n`` depends on (through its ``after`` steps), in step order."""
-    by_step = {int(s.get("step", 0)): s for s in graph}
+    by_step = {s.step: s for s in graph}
     seen: set[int] = set()
-    todo = list(by_step.get(n, {}).get("after", []))
+    todo = list(by_step[n].after) if n in by_step else []
     while todo:
-        d = int(todo.pop())
-        if d not in seen:
+        d = todo.pop()
+        if d not in seen and d in by_step:
             seen.add(d)
-            todo.extend(by_step.get(d, {}).get("after", []))
-    return [str(by_step[d]["gate_id"]) for d in sorted(seen) if by_step.get(d, {}).get("gate_id")]
+            todo.extend(by_step[d].after)
+    return [g for d in sorted(seen) if (g := by_step[d].gate_id)]
 
 
-def plan_step_summary(signed: dict[str, Any], n: int) -> str:
+def _gate(step: PlanStep | None) -> str:
+    return step.gate_id or "?" if step is not None else "?"
+
+
+def write_summary(call: StepCall) -> str:
+    """``write step 3 (visa.sandbox.hold_slot) · approved at gate-A`` — what the Temporal UI
+    shows on a watcher's write (metadata only: histories replay unchanged)."""
+    gate = f" · approved at {call.gate_id}" if call.gate_id else ""
+    return f"write step {call.step} ({_op(_step(call.signed, call.step))}){gate}"[:200]
+
+
+def plan_step_summary(signed: SignedPlan, n: int) -> str:
     """What the Temporal UI shows on a plan step's activity or timer: ``read step 1
     (visa.sandbox.find_slots)``, ``write step 4 (visa.sandbox.book_slot) · approved at gate-A``,
     ``gate-A (step 3): waiting for the person's decision``."""
     step = _step(signed, n)
-    if step.get("gate_id"):
-        return f"{step['gate_id']} (step {n}): waiting for the person's decision"[:200]
-    if step.get("dry_run"):
+    if step is not None and step.gate_id:
+        return f"{step.gate_id} (step {n}): waiting for the person's decision"[:200]
+    if step is not None and step.dry_run:
         return f"read step {n} ({_op(step)})"[:200]
-    gates = _gates_before(signed.get("plan", {}).get("graph", []), n)
+    gates = _gates_before(signed.plan.graph, n)
     approved = f" · approved at {', '.join(gates)}" if gates else ""
     return f"write step {n} ({_op(step)}){approved}"[:200]
 
 
-def plan_details(signed: dict[str, Any], user_id: str) -> str:
+def plan_details(signed: SignedPlan, user_id: str) -> str:
     """The details pane of a ``PlanExecutionWorkflow`` (Markdown): the plan, its steps in order
     (reads, gates, writes and the gates each write waits for), how to cancel. No signature, token,
     argument value or secret."""
-    plan = signed.get("plan", {})
-    graph = plan.get("graph", [])
     steps = []
-    for s in graph:
-        n = int(s.get("step", 0))
-        after = f" after {', '.join(str(a) for a in s.get('after', []))}" if s.get("after") else ""
-        if s.get("gate_id"):
-            steps.append(f"{n}. gate `{s['gate_id']}` — the person decides{after}")
+    for s in signed.plan.graph:
+        after = f" after {', '.join(str(a) for a in s.after)}" if s.after else ""
+        if s.gate_id:
+            steps.append(f"{s.step}. gate `{s.gate_id}` — the person decides{after}")
         else:
-            kind = "read" if s.get("dry_run") else "write"
-            steps.append(f"{n}. {kind} `{_op(s)}`{after}")
+            kind = "read" if s.dry_run else "write"
+            steps.append(f"{s.step}. {kind} `{_op(s)}`{after}")
     lines = [
-        f"**Plan** `{plan.get('plan_id', '?')}` · intent `{plan.get('intent', {}).get('intent', '?')}`"
-        f" · hash `{str(signed.get('plan_hash', ''))[:12]}…` · for {user_id}",
+        f"{_head(signed)} · for {user_id}",
         "**Steps**\n" + "\n".join(steps),
         "**Cancel** from the chat card, `countersign cancel <plan_id>` or "
         "`POST /v1/plans/<plan_id>/cancel`",
@@ -176,7 +190,7 @@ def plan_details(signed: dict[str, Any], user_id: str) -> str:
     return "\n\n".join(lines)
 
 
-def plan_now(signed: dict[str, Any], status: dict[int, str], *, ended: str | None = None) -> str:
+def plan_now(signed: SignedPlan, status: dict[int, str], *, ended: str | None = None) -> str:
     """The live line of a ``PlanExecutionWorkflow``: ``**running** · done 2/5 · running step 4
     (visa.sandbox.book_slot) · waiting gate-A (step 3)`` — or how it ended."""
     done = sum(1 for v in status.values() if v == "done")
@@ -195,7 +209,7 @@ def plan_now(signed: dict[str, Any], status: dict[int, str], *, ended: str | Non
             parts.append(f"{label} {ops}")
     gates = [n for n, v in sorted(status.items()) if v == "waiting_approval"]
     if gates:
-        waits = ", ".join(f"{_step(signed, n).get('gate_id', '?')} (step {n})" for n in gates)
+        waits = ", ".join(f"{_gate(_step(signed, n))} (step {n})" for n in gates)
         parts.append(f"waiting {waits}")
     other = [f"{n} {v}" for n, v in sorted(status.items()) if v in {"failed", "compensated"}]
     if other:

@@ -1,15 +1,19 @@
 """Test seams for the durable workflows: the sandbox visa service as the ``sandbox`` fixture
-(``countersign.sandbox.VisaSandbox``; import ``sandbox_fixture`` into a test module) and the one
-time-skipping worker set-up the tests share (``time_skipping_worker``)."""
+(``countersign.sandbox.VisaSandbox``; import ``sandbox_fixture`` into a test module), the one
+time-skipping worker set-up the tests share (``time_skipping_worker``), and ``until``: wait for
+what a real server does by polling with a deadline, never by sleeping a guessed time."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import shutil
 import sys
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import pytest
 from temporalio.converter import PayloadCodec
@@ -26,7 +30,49 @@ __all__ = [
     "sandbox_fixture",
     "temporal_test_server",
     "time_skipping_worker",
+    "until",
 ]
+
+_T = TypeVar("_T")
+
+
+@overload
+async def until(
+    probe: Callable[[], Awaitable[_T | None]],
+    *,
+    timeout: float = ...,
+    every: float = ...,
+    what: str = ...,
+) -> _T: ...
+
+
+@overload
+async def until(
+    probe: Callable[[], _T | None], *, timeout: float = ..., every: float = ..., what: str = ...
+) -> _T: ...
+
+
+async def until(
+    probe: Callable[[], Any],
+    *,
+    timeout: float = 30.0,
+    every: float = 0.1,
+    what: str = "the condition",
+) -> Any:
+    """Call ``probe`` (sync or async) every ``every`` seconds until it returns something truthy,
+    and return that; after ``timeout`` seconds of wall-clock time, ``AssertionError`` naming
+    ``what`` and the last answer. For real servers (a dev server, a worker process); on the
+    time-skipping server, time is moved with ``env.sleep`` instead."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if inspect.isawaitable(got):
+            got = await got
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not reached within {timeout:g} s (last: {got!r:.200})")
+        await asyncio.sleep(every)
 
 
 def temporal_test_server() -> str:

@@ -28,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from countersign.kernel import InputError
+from countersign.kernel import InputError, Plan
 from countersign.kernel.process import ServiceError
 
 from .activities import DurableActivities
@@ -36,7 +36,7 @@ from .models import PlanInput, WatchInput
 from .plan_workflow import PlanExecutionWorkflow
 from .runtime import SEARCH_ATTRIBUTES
 from .summary import plan_details, plan_summary, watch_details, watch_summary
-from .workflows import WatcherWorkflow
+from .watcher import WatcherWorkflow
 
 __all__ = [
     "TASK_QUEUE",
@@ -158,22 +158,14 @@ async def start_watcher(
 ) -> WorkflowHandle[Any, Any]:
     """Start (or join) the watcher of a plan: id ``watch-<plan_id>``, so a second start is a no-op;
     search attributes user_id, plan_id, intent let a person find it in the Temporal UI."""
-    plan = inp.signed["plan"]
-    attrs = TypedSearchAttributes(
-        [
-            SearchAttributePair(SearchAttributeKey.for_keyword("user_id"), inp.user_id),
-            SearchAttributePair(SearchAttributeKey.for_keyword("plan_id"), str(plan["plan_id"])),
-            SearchAttributePair(
-                SearchAttributeKey.for_keyword("intent"), str(plan["intent"]["intent"])
-            ),
-        ]
-    )
+    plan = inp.signed.plan
+    attrs = _attributes(inp.user_id, plan) if search_attributes else TypedSearchAttributes.empty
     return await client.start_workflow(
         WatcherWorkflow.run,
         inp,
-        id=f"watch-{plan['plan_id']}",
+        id=f"watch-{plan.plan_id}",
         task_queue=task_queue,
-        search_attributes=attrs if search_attributes else TypedSearchAttributes.empty,
+        search_attributes=attrs,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=watch_summary(inp),
         static_details=watch_details(inp),
@@ -184,12 +176,12 @@ async def start_plan(
     client: Client, inp: PlanInput, *, task_queue: str = TASK_QUEUE, search_attributes: bool = True
 ) -> WorkflowHandle[Any, Any]:
     """Start (or join) the PlanExecutionWorkflow of a plan: id ``plan-<plan_id>``."""
-    plan = inp.signed["plan"]
+    plan = inp.signed.plan
     attrs = _attributes(inp.user_id, plan) if search_attributes else TypedSearchAttributes.empty
     return await client.start_workflow(
         PlanExecutionWorkflow.run,
         inp,
-        id=f"plan-{plan['plan_id']}",
+        id=f"plan-{plan.plan_id}",
         task_queue=task_queue,
         search_attributes=attrs,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -198,14 +190,12 @@ async def start_plan(
     )
 
 
-def _attributes(user_id: str, plan: dict[str, Any]) -> TypedSearchAttributes:
+def _attributes(user_id: str, plan: Plan) -> TypedSearchAttributes:
     return TypedSearchAttributes(
         [
             SearchAttributePair(SearchAttributeKey.for_keyword("user_id"), user_id),
-            SearchAttributePair(SearchAttributeKey.for_keyword("plan_id"), str(plan["plan_id"])),
-            SearchAttributePair(
-                SearchAttributeKey.for_keyword("intent"), str(plan["intent"]["intent"])
-            ),
+            SearchAttributePair(SearchAttributeKey.for_keyword("plan_id"), plan.plan_id),
+            SearchAttributePair(SearchAttributeKey.for_keyword("intent"), plan.intent.intent),
         ]
     )
 
