@@ -24,8 +24,8 @@ from .models import (
     WatchState,
 )
 from .plan_workflow import PlanExecutionWorkflow
-from .watcher import WatcherWorkflow
 from .reconcile import DurableReconciler, ReconcileError, ended_outcome
+from .watcher import WatcherWorkflow
 from .worker import (
     TASK_QUEUE,
     connect,
