@@ -47,7 +47,9 @@ def plans_list(
     limit: Annotated[int, typer.Option("--limit", min=1, max=100)] = 20,
 ) -> None:
     """Your plans, newest first."""
-    guard(lambda: print_doc(open_service_stack().services.views.list(user, limit=limit, cursor=None)))
+    guard(
+        lambda: print_doc(open_service_stack().services.views.list(user, limit=limit, cursor=None))
+    )
 
 
 @plans_app.command("show")
