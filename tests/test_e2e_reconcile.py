@@ -29,9 +29,9 @@ from countersign.approvals import Approvals
 from countersign.audit import AuditLog
 from countersign.binding import render_data, resolve_step
 from countersign.execute import Executor
-from countersign.execute.records import RecordScan
 from countersign.kernel import Intent, Plan, Policy, content_hash, system_clock
 from countersign.n8n import N8nClient, N8nHandle, free_port
+from countersign.n8n.executions import RecordScan
 from countersign.planner.testing import signed_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry

@@ -1293,7 +1293,7 @@ def test_worker_follows_registry_edits_made_through_the_api(
 
     from countersign.audit import AuditLog
     from countersign.kernel import source_registry_dir, system_clock
-    from countersign.steps import RegistryStore
+    from countersign.registry.store import RegistryStore
 
     store = RegistryStore(db, source_registry_dir(), AuditLog(clock=system_clock), system_clock)
     before = _signed(registry, keyring)

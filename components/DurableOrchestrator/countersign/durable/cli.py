@@ -11,8 +11,8 @@ from temporalio.service import RPCError
 from countersign.audit import AuditLog
 from countersign.kernel import Settings, system_clock
 from countersign.planwriter import PlanWriter
+from countersign.registry.store import RegistryStore
 from countersign.signer import ReceiptKeySigner, open_keyring
-from countersign.steps import RegistryStore
 from countersign.storage import Database
 
 from .activities import DurableActivities

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from countersign.kernel import InputError, Plan
+from countersign.kernel import InputError, Plan, SignedPlan
 from countersign.kernel.process import ServiceError
 
 from .activities import DurableActivities
@@ -40,12 +40,14 @@ from .watcher import WatcherWorkflow
 
 __all__ = [
     "TASK_QUEUE",
+    "WatcherPlanError",
     "connect",
     "data_converter",
     "durable_starter",
     "make_worker",
     "register_search_attributes",
     "replayer",
+    "signed_plan",
     "start_plan",
     "start_watcher",
     "watch_input_for",
@@ -200,67 +202,105 @@ def _attributes(user_id: str, plan: Plan) -> TypedSearchAttributes:
     )
 
 
-def watch_input_for(signed: dict[str, Any], user_id: str) -> WatchInput:
+class WatcherPlanError(InputError):
+    """A plan handed to Temporal as a watcher lacks a step the watcher runs (a Watcher; a gate
+    and a Booker after it; a hold under a gate approved at start); names the plan and what is
+    missing. Nothing was started."""
+
+    code = "watcher_plan_invalid"
+
+
+def signed_plan(signed: SignedPlan | Mapping[str, Any]) -> SignedPlan:
+    """The typed signed plan: a ``SignedPlan`` as is, a signed-plan document as read parsed into
+    one (unverified: every activity verifies it before anything runs)."""
+    return signed if isinstance(signed, SignedPlan) else SignedPlan.model_validate(signed)
+
+
+def watch_input_for(signed: SignedPlan | Mapping[str, Any], user_id: str) -> WatchInput:
     """The watcher input for a signed plan: its Watcher step, the gate the person decides when
     something is found (the last gate), the first Booker and Notifier after it; with a gate before
     that one (approved when watching starts), its Booker holds what was found and its Notifier
-    mails the link to the card. Budget from the Watcher's args (the planner fills defaults)."""
-    graph = signed["plan"]["graph"]
-    watch = next((s for s in graph if s["role"] == "Watcher"), None)
+    mails the link to the card. Budget from the Watcher's args (the planner fills defaults).
+
+    Raises:
+        WatcherPlanError: the plan has no Watcher, no gate and Booker after it, or a gate
+            approved at start that guards no hold.
+    """
+    typed = signed_plan(signed)
+    plan = typed.plan
+    watch = next((s for s in plan.graph if s.role == "Watcher"), None)
     if watch is None:
-        raise ValueError("the plan has no Watcher step")
-    gates = [s for s in graph if s.get("gate_id") and s["step"] > watch["step"]]
-    gate = gates[-1] if gates else None
+        raise WatcherPlanError(f"plan {plan.plan_id} has no Watcher step to run as a watcher")
+    gates = [(s.step, s.gate_id) for s in plan.graph if s.gate_id and s.step > watch.step]
     book = next(
-        (s for s in graph if s["role"] == "Booker" and gate and s["step"] > gate["step"]), None
+        (s for s in plan.graph if s.role == "Booker" and gates and s.step > gates[-1][0]), None
     )
-    if gate is None or book is None:
-        raise ValueError("the plan has no gate and Booker after its Watcher")
-    notify = next((s for s in graph if s["role"] == "Notifier" and s["step"] > book["step"]), None)
-    start: dict[str, Any] = {}
-    if len(gates) >= 2:
-        first, within = gates[0], range(gates[0]["step"] + 1, gates[1]["step"])
-        hold = next((s for s in graph if s["role"] == "Booker" and s["step"] in within), None)
-        notice = next((s for s in graph if s["role"] == "Notifier" and s["step"] in within), None)
-        if hold is None:
-            raise ValueError(f"{first['gate_id']} guards no hold before {gate['gate_id']}")
-        start = {
-            "start_gate_id": first["gate_id"],
-            "hold_step": hold["step"],
-            "notice_step": notice["step"] if notice else None,
-        }
+    if not gates or book is None:
+        raise WatcherPlanError(
+            f"plan {plan.plan_id}: a watcher needs a gate and then a Booker after its Watcher "
+            f"(step {watch.step}); found {len(gates)} gate(s) and "
+            f"{'a' if book else 'no'} Booker after the last one"
+        )
+    notify = next((s for s in plan.graph if s.role == "Notifier" and s.step > book.step), None)
     budget = {
-        k: watch["args"][k]
+        k: watch.args[k]
         for k in ("poll_interval_s", "max_polls", "max_lifetime_s")
-        if k in watch["args"]
+        if k in watch.args
     }
-    return WatchInput(
-        signed=signed,
-        user_id=user_id,
-        watch_step=watch["step"],
-        gate_id=gate["gate_id"],
-        book_step=book["step"],
-        notify_step=notify["step"] if notify else None,
-        **start,
-        **budget,
+    return WatchInput.model_validate(
+        {
+            "signed": typed,
+            "user_id": user_id,
+            "watch_step": watch.step,
+            "gate_id": gates[-1][1],
+            "book_step": book.step,
+            "notify_step": notify.step if notify else None,
+            **_start_gate(plan, gates),
+            **budget,
+        }
     )
+
+
+def _start_gate(plan: Plan, gates: list[tuple[int, str]]) -> dict[str, Any]:
+    """With a gate before the deciding one (approved when watching starts): that gate, the hold
+    it guards and the notice mailing the card's link."""
+    if len(gates) < 2:
+        return {}
+    (first, first_id), (second, second_id) = gates[0], gates[1]
+    within = range(first + 1, second)
+    hold = next((s for s in plan.graph if s.role == "Booker" and s.step in within), None)
+    notice = next((s for s in plan.graph if s.role == "Notifier" and s.step in within), None)
+    if hold is None:
+        raise WatcherPlanError(
+            f"plan {plan.plan_id}: {first_id} is approved when watching starts but guards no "
+            f"hold (a Booker between it and {second_id})"
+        )
+    return {
+        "start_gate_id": first_id,
+        "hold_step": hold.step,
+        "notice_step": notice.step if notice else None,
+    }
 
 
 def durable_starter(
     client: Client, *, search_attributes: bool = True
-) -> Callable[[dict[str, Any], str], Awaitable[str]]:
-    """What the ExecuteOrchestrator calls to hand a plan's durable steps to Temporal: starts (or
-    joins) the plan's watcher and returns its workflow id."""
+) -> Callable[[SignedPlan | Mapping[str, Any], str], Awaitable[str]]:
+    """What the ExecuteOrchestrator calls to hand a plan's durable steps to Temporal
+    (``execute.DurableStarter``): starts (or joins) the plan's watcher, or its
+    PlanExecutionWorkflow, and returns the workflow id.
 
-    async def start(signed: dict[str, Any], user_id: str) -> str:
-        if any(s["role"] == "Watcher" for s in signed["plan"]["graph"]):
+    The start raises ``WatcherPlanError`` for a watcher plan without the steps a watcher runs."""
+
+    async def start(signed: SignedPlan | Mapping[str, Any], user_id: str) -> str:
+        typed = signed_plan(signed)
+        if any(s.role == "Watcher" for s in typed.plan.graph):
             handle = await start_watcher(
-                client, watch_input_for(signed, user_id), search_attributes=search_attributes
+                client, watch_input_for(typed, user_id), search_attributes=search_attributes
             )
         else:
             handle = await start_plan(
                 client,
-                PlanInput(signed=signed, user_id=user_id),
+                PlanInput(signed=typed, user_id=user_id),
                 search_attributes=search_attributes,
             )
         return handle.id

@@ -8,12 +8,15 @@ from .core import (
     write_specs,
     writes_before_gate,
 )
-from .orchestrator import ExecuteRefusedError, ExecuteReport, Executor
+from .orchestrator import DurableStarter, ExecuteStores, Executor
+from .state import ExecuteRefusedError, ExecuteReport
 
 __all__ = [
     "Change",
+    "DurableStarter",
     "ExecuteRefusedError",
     "ExecuteReport",
+    "ExecuteStores",
     "Executor",
     "StaleWorldError",
     "WriteSpec",

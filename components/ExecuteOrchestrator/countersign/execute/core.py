@@ -13,7 +13,7 @@ from typing import Any
 
 from countersign.kernel import CountersignError, Plan, content_hash
 from countersign.registry import Registry
-from countersign.steps import ancestors
+from countersign.steps import ancestors, guarding_gate
 
 __all__ = [
     "Change",
@@ -91,10 +91,9 @@ def write_specs(plan: Plan, registry: Registry) -> list[WriteSpec]:
         if op.safety != "write":
             continue
         anc = ancestors(plan, s.step)
-        gates = [(a, g) for a in anc if (g := plan.step(a).gate_id)]
-        if not gates:
+        gate = guarding_gate(plan, s.step)
+        if gate is None:
             raise CountersignError(f"plan {plan.plan_id}: write step {s.step} has no gate")
-        gate = max(gates)[1]
         reads = tuple(
             sorted(
                 a

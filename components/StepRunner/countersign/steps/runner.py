@@ -39,6 +39,7 @@ from countersign.workflowbuilder import (
 
 from .analyze import run_in_process
 from .http import asend, http_call
+from .sequence import Write
 from .writes import Attempt
 
 __all__ = [
@@ -234,6 +235,11 @@ class N8nStepRunner:
         item = await self.transport.call(prepared.path, prepared.body, write=write)
         op = self.registry.op(prepared.step.uses, prepared.step.call)
         return normalize_output(op.output, item, prepared.args)
+
+    async def prepare_write(self, write: Write, key: str) -> PreparedStep:
+        """``prepare`` for the write sequence (``steps.sequence``, this runner is its n8n
+        ``WriteRuntime``): the references resolved from the outputs the write's args came from."""
+        return await self.prepare(write.step, write.outputs, idempotency_key=key)
 
     async def send_write(self, prepared: PreparedStep) -> Attempt:
         """Send a write once and report what happened for the write protocol to classify: a

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from sqlalchemy import Connection
 
 from countersign.kernel import CountersignError, content_hash
+from countersign.registry import Operation
 from countersign.storage import IdempotencyLedger, OutcomeUnknownError
 
 __all__ = [
@@ -44,6 +45,8 @@ __all__ = [
     "WriteProtocol",
     "classify",
     "idempotency_key",
+    "ledger_result",
+    "natural_key",
 ]
 
 Verdict = Literal["completed", "deduplicated", "failed", "unknown"]
@@ -79,20 +82,35 @@ class Attempt:
 
 def classify(attempt: Attempt, *, natural_key: bool = False) -> Verdict:
     """What an attempt means for its idempotency key (the module docstring's table)."""
-    if attempt.kind in {"not_sent", "refused"}:
-        return "failed"
-    if attempt.kind == "lost":
-        return "unknown"
+    if attempt.kind != "answered":  # not_sent / refused: nothing happened; lost: may have
+        return "unknown" if attempt.kind == "lost" else "failed"
     status = attempt.status
-    if status is None:  # answered without a status: a non-HTTP provider accepted it
-        return "completed"
-    if 200 <= status < 300:
+    # no status: a non-HTTP provider accepted it
+    if status is None or 200 <= status < 300:
         return "completed"
     if status in (409, 412) and natural_key:
         return "deduplicated"
-    if 400 <= status < 500:
-        return "failed"
-    return "unknown"  # 5xx, 1xx, 3xx or nonsense: the provider may have acted
+    # 4xx: refused, nothing happened; 5xx, 1xx, 3xx or nonsense: the provider may have acted
+    return "failed" if 400 <= status < 500 else "unknown"
+
+
+def natural_key(op: Operation) -> bool:
+    """Whether the op's idempotency is the provider's natural key (a 409/412 then means the
+    provider already has it: ``deduplicated``)."""
+    return op.idempotency is not None and op.idempotency.via == "natural_key"
+
+
+def ledger_result(attempt: Attempt, verdict: Verdict) -> dict[str, Any]:
+    """What the ledger keeps of an attempt that ``completed`` (or was ``deduplicated``): the
+    provider's answer, its status and the provider's id for what was created, where it says one
+    (later steps and reconciliation refer to it)."""
+    out = attempt.output
+    return {
+        "output": out,
+        "status": attempt.status,
+        "deduplicated": verdict == "deduplicated",
+        "id": out.get("id") if isinstance(out, Mapping) else None,
+    }
 
 
 class WriteFailedError(CountersignError):
@@ -220,15 +238,7 @@ class WriteProtocol:
                 f"plan {ticket.plan_id} step {ticket.step} ({ticket.op}): outcome unknown "
                 f"({reason[:200]}); nothing more is sent under {ticket.key} until it is reconciled"
             )
-        out = attempt.output
-        result = {
-            "output": out,
-            "status": attempt.status,
-            "deduplicated": verdict == "deduplicated",
-            # the provider's id for the created thing, where it says one (later steps and
-            # reconciliation refer to it)
-            "id": out.get("id") if isinstance(out, Mapping) else None,
-        }
+        result = ledger_result(attempt, verdict)
         self.ledger.complete(ticket.key, result, owner=self.owner)
         self.audit(self._row(ticket, "step_finished", "ok", latency_ms=ms))
         return WriteDone(ticket.key, verdict, result)

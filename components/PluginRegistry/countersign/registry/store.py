@@ -1,12 +1,17 @@
-"""Registry files edited through the API (runs SQL: a store). Lives on the StepRunner floor so
-the API (which edits it) and the durable worker (which follows it: a plan signed against the
-newest registry verifies there without a restart) read one effective registry.
+"""Registry files edited through the API, kept as revisions in the ``registry_docs`` table (the
+store runs SQL: PluginRegistry SPEC "Edits through the API"). The API edits it; the durable worker
+follows it (a plan signed against the newest registry verifies there without a restart), so both
+read one effective registry.
 
 Every accepted edit is a new revision of one file; the effective registry is the shipped folder
 overlaid with the newest revision of each edited file. An edit is validated as part of the whole
 registry it would produce (the registry's own errors, naming file and field) before it is stored,
 so a stored revision always yields a valid registry. The new registry has a new version, so plans
 signed before the edit are refused at preview and execute (``registry_changed``).
+
+The database and the audit log come in as the two things the store uses of them (``Transactions``,
+``AuditAppend``: Storage's ``Database`` and Audit's ``AuditLog`` are both), so the registry stays
+on the floor every component builds on (PluginRegistry LLD "The edit store").
 """
 
 from __future__ import annotations
@@ -14,33 +19,49 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from countersign.audit import AuditLog
 from countersign.kernel import InputError
-from countersign.registry import Registry, read_documents, registry_from_documents
-from countersign.storage import Database
 
-__all__ = ["Kind", "RegistryStore"]
+from .loader import Registry, read_documents, registry_from_documents
 
-Kind = Literal["connectors", "intents"]
+__all__ = ["AuditAppend", "RegistryKind", "RegistryStore", "Transactions"]
+
+RegistryKind = Literal["connectors", "intents"]
 _KEY = {"connectors": "id", "intents": "name"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+class Transactions(Protocol):
+    """A database the store runs its statements on (``countersign.storage.Database``)."""
+
+    def tx(self) -> AbstractContextManager[Connection]:
+        """One transaction: committed when the block ends, rolled back on an exception."""
+        ...
+
+
+class AuditAppend(Protocol):
+    """The audit log an accepted edit is recorded in (``countersign.audit.AuditLog``)."""
+
+    def append(self, conn: Connection, entry: Mapping[str, Any]) -> int:
+        """Append one row inside the caller's transaction."""
+        ...
 
 
 @dataclass
 class RegistryStore:
     """Revisions of API-edited registry files over a shipped registry folder."""
 
-    db: Database
+    db: Transactions
     folder: Path
-    audit: AuditLog
+    audit: AuditAppend
     clock: Callable[[], datetime]
 
     def _overlay(self, c: Connection) -> dict[tuple[str, str], tuple[int, Any]]:
@@ -69,7 +90,7 @@ class RegistryStore:
         with self.db.tx() as c:
             return self._build(self._overlay(c))
 
-    def revision(self, kind: Kind, name: str) -> int:
+    def revision(self, kind: RegistryKind, name: str) -> int:
         """The newest API revision of a file (0: never edited through the API)."""
         with self.db.tx() as c:
             row = c.execute(
@@ -78,7 +99,9 @@ class RegistryStore:
             ).one()
         return int(row.r or 0)
 
-    def put(self, kind: Kind, name: str, document: Mapping[str, Any], *, author: str) -> Registry:
+    def put(
+        self, kind: RegistryKind, name: str, document: Mapping[str, Any], *, author: str
+    ) -> Registry:
         """Validate and store a new revision of one file; the registry it yields.
 
         Raises:

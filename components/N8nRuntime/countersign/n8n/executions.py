@@ -1,5 +1,7 @@
-"""What n8n recorded about a write whose answer was lost (GLOBAL_SPEC §8, ``unknown``;
-ExecuteOrchestrator SPEC 9).
+"""What n8n recorded about a write whose answer was lost: finding the execution that carried an
+idempotency key, and reading its op node (N8nRuntime SPEC "Execution records"; GLOBAL_SPEC §8,
+``unknown``). ExecuteOrchestrator's reconciliation (its SPEC 9) settles the ledger from what this
+finds; this module reads n8n only, through ``ExecutionSource`` (``N8nClient`` is one).
 
 A write's step workflow is shared by every plan that uses the op, so it has many executions. The
 one that carried a key is found by what was recorded when the write was sent: it started after the
@@ -50,7 +52,7 @@ _ENDED_WHOLE = frozenset({"success", "error"})
 
 
 class ExecutionSource(Protocol):
-    """The part of ``countersign.n8n.N8nClient`` the search reads."""
+    """The part of ``N8nClient`` the search reads."""
 
     async def list_workflows(
         self, *, name: str | None = None, active: bool | None = None
@@ -236,10 +238,9 @@ async def _prove_absent(
 ) -> Lookup:
     """``absent`` when n8n's records provably cover the send and none carries the key; else
     ``unknown`` naming the first thing that is not proven (module docstring, 1-5)."""
-    if now - key.last_wait < scan.settle:
-        return Lookup("unknown", "too soon after the send: n8n may not have recorded it yet")
-    if now - key.sent_at >= scan.prune_age - scan.skew:
-        return Lookup("unknown", "sent longer ago than n8n keeps executions (pruned?)")
+    out_of_reach = _out_of_reach(key, now, scan)
+    if out_of_reach is not None:
+        return out_of_reach
     lower = await _lower_witness(source, key.sent_at - scan.skew)
     if lower is None:
         return Lookup("unknown", "n8n holds no execution from before the send (pruned?)")
@@ -254,6 +255,15 @@ async def _prove_absent(
         return Lookup("unknown", f"n8n executions {_ranges(missing)} are gone (pruned, deleted)")
     ours = [e for i, e in held.items() if i < upper and str(e.get("workflowId")) in wids]
     return await _none_carry(source, ours, key, key.sent_at - scan.skew, seen, (lower, upper))
+
+
+def _out_of_reach(key: KeyRef, now: datetime, scan: RecordScan) -> Lookup | None:
+    """``unknown`` when n8n's records cannot cover the send yet or any more (module docstring, 1)."""
+    if now - key.last_wait < scan.settle:
+        return Lookup("unknown", "too soon after the send: n8n may not have recorded it yet")
+    if now - key.sent_at >= scan.prune_age - scan.skew:
+        return Lookup("unknown", "sent longer ago than n8n keeps executions (pruned?)")
+    return None
 
 
 async def _lower_witness(source: ExecutionSource, before: datetime) -> int | None:
