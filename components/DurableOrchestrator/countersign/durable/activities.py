@@ -47,7 +47,7 @@ from countersign.steps import (
 from countersign.steps.http import HttpCall, http_call, send
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError, PlanStore
 
-from .models import CompensateCall, FinishCall, ReconcileCall, RedeemCall, StepCall
+from .models import CompensateCall, FinishCall, ReconcileCall, RedeemCall, RejectCall, StepCall
 
 __all__ = ["PLAN_STATUS", "DurableActivities"]
 
@@ -252,8 +252,8 @@ class DurableActivities:
         return d.choice
 
     @activity.defn(name="reject_gate")
-    def reject_gate(self, call: RedeemCall) -> None:
-        """Record the rejection (``token`` carries the reason here)."""
+    def reject_gate(self, call: RejectCall) -> None:
+        """Record the person's rejection of the gate, with its reason (a signed receipt)."""
         v = self._verified(call.signed)
         try:
             self.approvals.reject(
@@ -261,7 +261,7 @@ class DurableActivities:
                 plan_hash=v.plan_hash,
                 gate_id=call.gate_id,
                 user_id=call.user_id,
-                reason=call.token[:500],
+                reason=call.reason[:500],
             )
         except CountersignError as e:
             raise _app_error(e) from e
