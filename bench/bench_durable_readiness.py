@@ -39,7 +39,7 @@ from common import machine, summary
 from countersign.durable import DurableActivities, PlanExecutionWorkflow, PlanInput, connect
 from countersign.durable.models import DoneWrite, PlanRunResult
 from countersign.durable.runtime import temporal_start, temporal_stop
-from countersign.kernel import Intent, Plan, Policy, source_registry_dir
+from countersign.kernel import Intent, Plan, PlanStep, Policy, source_registry_dir
 from countersign.n8n import free_port
 from countersign.planner import make_plan
 from countersign.registry import load_registry
@@ -78,7 +78,7 @@ class WavesPlanWorkflow(PlanExecutionWorkflow):
     async def _schedule(
         self,
         inp: PlanInput,
-        graph: dict[int, dict[str, Any]],
+        graph: dict[int, PlanStep],
         outputs: dict[str, Any],
         done_writes: list[DoneWrite],
     ) -> tuple[str | None, int | None]:
