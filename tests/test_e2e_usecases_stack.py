@@ -192,7 +192,7 @@ def test_meeting_from_a_sentence(stack: Stack) -> None:
 
 
 def test_the_parallel_example_from_a_sentence(stack: Stack) -> None:
-    """The HLD's parallel example (``find_meeting_time``): free/busy of Alice ‖ Bob (steps 1 and 2,
+    """The parallel example (``find_meeting_time``): free/busy of Alice ‖ Bob (steps 1 and 2,
     no dependency between them) → overlap (3) → gate-A (4) → the event in the organizer's
     calendar (5), from chat text over the API. One approved write, one effect: one event in
     Alice's calendar, none in Bob's (the plan writes only the organizer's), no mail."""

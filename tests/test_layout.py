@@ -102,7 +102,7 @@ def test_production_code_never_asserts() -> None:
     assert _asserts_in_production_code() == []
 
 
-# ---- layering (issue 11) -------------------------------------------------------------------------
+# ---- layering (StepRunner SPEC: no orchestrator imports a sibling) -------------------------------
 #: which component package may import which (bottom to top). Nothing imports a sibling
 #: orchestrator; ``steps`` is the floor the three orchestrators share; ``cli`` is the top.
 _FLOORS: dict[str, set[str]] = {"kernel": set()}
@@ -126,7 +126,7 @@ _FLOORS["steps"] = {
 }
 for _orchestrator in ("preview", "execute", "durable"):
     _FLOORS[_orchestrator] = _FLOORS["steps"] | {"steps"}
-#: the orchestrators that end executions hand their outcomes to PlanWriter (issue 15.5)
+#: the orchestrators that end executions hand their outcomes to PlanWriter (PlanWriter SPEC)
 for _orchestrator in ("execute", "durable"):
     _FLOORS[_orchestrator] |= {"planwriter", "planlibrary", "contextrag"}
 _FLOORS["intake"] = {"kernel", "registry"}

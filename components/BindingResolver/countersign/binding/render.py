@@ -3,7 +3,7 @@
 Pure. ``render_data`` computes, in Python, the value of every data-bound n8n parameter (templates
 filled with URL-encoded path segments, iCalendar text, JSON bodies, the idempotency header). The
 WorkflowBuilder hands these values to n8n as JSON in the trigger body and references them with
-fixed expressions, so nothing a person typed is ever evaluated by n8n (ARCHITECTURE.md §3.8).
+fixed expressions, so nothing a person typed is ever evaluated by n8n (GLOBAL_SPEC §13 inv. 8).
 Reading and writing iCalendar is ``ics.py``'s job.
 """
 

@@ -58,7 +58,7 @@ _HISTORY_ROWS = 100
 
 
 class ExemplarSource(Protocol):
-    """Where exemplar evidence comes from (PlanLibrary retrieval; issue 15 item 3)."""
+    """Where exemplar evidence comes from (PlanLibrary retrieval, PlanLibrary SPEC §4)."""
 
     def exemplars(self, intent: Intent, *, limit: int) -> list[Evidence]:
         """Exemplar items for this intent, best first."""

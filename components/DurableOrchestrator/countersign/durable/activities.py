@@ -353,7 +353,7 @@ class DurableActivities:
         return step, args, idempotency_key(plan.plan_id, step.step, args)
 
     def _signed_args_only(self, plan: Plan, step: PlanStep, call: StepCall) -> None:
-        """A step runs with its signed arguments, nothing else (ARCHITECTURE.md §3 inv. 3): an
+        """A step runs with its signed arguments, nothing else (GLOBAL_SPEC §13 inv. 3d): an
         override is accepted only where it equals what was signed; any change to what runs is a
         new plan revision, signed and approved again. Refused and audited."""
         changed = sorted(

@@ -75,7 +75,7 @@ class GateChecks:
         self, plan: Plan, tokens: Mapping[str, str], progress: Progress, user_id: str
     ) -> None:
         """A gate whose step depends on an earlier gate's writes is approved only after those
-        writes ran (ARCHITECTURE §3 inv. 3): a token for it given before then is refused before
+        writes ran (GLOBAL_SPEC §13 inv. 4b): a token for it given before then is refused before
         any token is spent or anything runs (audited)."""
         for g in sorted(tokens):
             pending = [

@@ -108,7 +108,7 @@ def write_specs(plan: Plan, registry: Registry) -> list[WriteSpec]:
 
 def writes_before_gate(plan: Plan, registry: Registry, gate_id: str) -> list[int]:
     """The writes a gate's step depends on (an earlier gate's writes: the cart line before the
-    checkout's gate). ARCHITECTURE §3 inv. 3: the gate opens only after each of them ran, so what
+    checkout's gate). GLOBAL_SPEC §13 inv. 4b: the gate opens only after each of them ran, so what
     it guards is in view when it is approved."""
     gate_step = next((s.step for s in plan.graph if s.gate_id == gate_id), None)
     if gate_step is None:

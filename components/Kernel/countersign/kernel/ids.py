@@ -1,6 +1,6 @@
 """Identifiers: ULIDs, made either from a clock and randomness passed in, or derived from content.
 
-Deriving an id from content keeps the Planner pure (ARCHITECTURE.md §3.1): the 48-bit time part
+Deriving an id from content keeps the Planner pure (GLOBAL_SPEC §13 inv. 1): the 48-bit time part
 comes from a timestamp in the inputs and the 80-bit random part from a hash of the inputs.
 """
 

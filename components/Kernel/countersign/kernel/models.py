@@ -4,7 +4,7 @@ Every model rejects unknown fields (the error names the field). Timestamps are n
 UTC and serialise with a ``Z`` suffix so that one instant has one canonical spelling. Values a
 person supplied (intent entities and constraints) may not use keys that start with ``$``: that
 prefix is reserved for references the planner writes (``{"$ref": "steps.3.output"}``), so user
-text can never pose as one (ARCHITECTURE.md §3.8).
+text can never pose as one (GLOBAL_SPEC §13 inv. 8).
 """
 
 from __future__ import annotations
@@ -470,7 +470,7 @@ class Policy(Contract):
     #: unset: ``/plans/<plan_id>``. Left out of the signed form when unset, so policies that do
     #: not set it keep their version.
     card_url: str | None = Field(default=None, max_length=500, pattern=r"^https?://\S+$")
-    #: PlanRetrieval's ranking (issue 15.3). Left out of the signed form while it is the
+    #: PlanRetrieval's ranking (PlanLibrary SPEC §3). Left out of the signed form while it is the
     #: default, so policies that do not change it keep their version.
     retrieval: RetrievalWeights = Field(default_factory=RetrievalWeights)
     #: Intake's confidence threshold (0..1): chat text whose intent is understood with less

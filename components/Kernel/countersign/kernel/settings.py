@@ -1,5 +1,5 @@
 """Process settings (pydantic-settings). Built once in an entry point and passed down; nothing
-below the entry points reads ``os.environ`` (STYLE.md, Config)."""
+below the entry points reads ``os.environ`` (Kernel SPEC, item 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Install, start, bootstrap and stop a pinned n8n on loopback (recipe: shared/N8N.md).
+"""Install, start, bootstrap and stop a pinned n8n on loopback (N8nRuntime LLD).
 
 Install, in two steps, each an ``npm ci`` of a committed package.json + lockfile into a folder
 of the cache (outside the repository, keyed by version): (1) ``deploy/node`` → the pinned Node 24

@@ -1,4 +1,4 @@
-"""PlanLibrary / PlanRetrieval (issue 15.3–15.4): signed plans with their outcomes, found again
+"""PlanLibrary / PlanRetrieval (PlanLibrary SPEC): signed plans with their outcomes, found again
 for a new intent by a hybrid of BM25 (PostgreSQL full-text), pgvector similarity, success rate and
 recency, and handed to the planner as ``exemplar`` evidence with a one-line why."""
 

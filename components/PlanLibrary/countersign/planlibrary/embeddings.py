@@ -1,4 +1,4 @@
-"""Text embeddings behind one interface (issue 15.4).
+"""Text embeddings behind one interface (PlanLibrary SPEC §5).
 
 ``Embedder`` is the Protocol every provider implements: ``name`` (what the library row records),
 ``dim`` (the vector length it returns) and ``embed(texts)`` (unit-length float vectors, one per

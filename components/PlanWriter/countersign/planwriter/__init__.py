@@ -1,4 +1,4 @@
-"""PlanWriter (issue 15.5): execution outcomes → normalized history facts and library counts,
+"""PlanWriter (PlanWriter SPEC): execution outcomes → normalized history facts and library counts,
 idempotent per (plan_id, step); refreshes the plan's embedding."""
 
 from .writer import HistoryRecorder, OutcomeFact, PlanWriter, WriteReport, normalized_facts

@@ -1,4 +1,4 @@
-"""Ed25519 signatures this process has already seen hold: verify once per process (issue 16.2).
+"""Ed25519 signatures this process has already seen hold: verify once per process (Signer LLD §5).
 
 Ed25519 verification is a pure function of three byte strings — the public key, the message, the
 signature — so remembering that it held for exactly those bytes is remembering a fact, not

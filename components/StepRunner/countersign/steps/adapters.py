@@ -157,7 +157,7 @@ class StoreRecorder:
         outputs: Mapping[int, Any] | None = None,
     ) -> None:
         """Store the plan if new, what the preview read (outputs + fingerprints) and its audit
-        row, in one transaction (issue 16.1: one commit instead of three)."""
+        row, in one transaction (StepRunner SPEC, the recorder: one commit, not three)."""
         with self.db.tx() as c:
             self.remember(verified, actor=actor, conn=c)
             if fingerprints:

@@ -2,8 +2,9 @@
 
 An ``Analyzer`` step of ``system.analyze`` only computes over earlier steps' outputs (no I/O, no
 clock, no randomness), so running it as an n8n execution costs an execution (~40–100 ms here)
-for microseconds of work (issue 16.1). ``run_in_process`` computes the same item n8n's Code node
-would return, under two rules that keep it identical to n8n:
+for microseconds of work (StepRunner SPEC, pure computations in-process). ``run_in_process``
+computes the same item n8n's Code node would return, under two rules that keep it identical to
+n8n:
 
 - each Python function mirrors one exact ``jsCode`` text; the registry op's code is checked by
   its sha256 against the text the function was written from, and a changed registry text means

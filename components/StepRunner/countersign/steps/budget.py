@@ -1,6 +1,6 @@
 """Spending limits a write declares in the registry (``Operation.budget``), checked before its gate
-is approved and again right before it runs (ARCHITECTURE.md §3 inv. 3: the person approves what
-fits what they asked for — "under 80 euros" is part of the signed plan, not a hope).
+is approved and again right before it runs (StepRunner SPEC, spending limits: the person
+approves what fits what they asked for — "under 80 euros" is part of the signed plan, not a hope).
 
 The limit is the write's own signed argument (``budget.arg``, e.g. the purchase's ``max_total``);
 what would be charged now is the ``budget.total`` field (e.g. ``cart_total``) of the latest output

@@ -1,6 +1,6 @@
 """What a person may choose at a gate, and the one check that a choice is one of them.
 
-ARCHITECTURE §3 inv. 3: a write runs with the choice made at its gate only when that choice is one
+GLOBAL_SPEC §13 inv. 3f: a write runs with the choice made at its gate only when that choice is one
 the preview offered, or inside what it offered. Everything here is derived from the **signed
 plan** and the **outputs the person saw** (the stored preview, or the fresh reads of the staleness
 check), never from the choice itself:

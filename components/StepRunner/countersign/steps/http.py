@@ -1,9 +1,10 @@
 """Turn an HTTP Request binding (registry → BindingResolver) into one concrete HTTP request.
 
 Durable steps run as Temporal activities, and the execute-time staleness re-check reads directly
-(issue 16.0); both perform exactly the HTTP call the registry's ``n8n-nodes-base.httpRequest``
-binding describes (method, URL, query, headers, body), with values rendered by
-``countersign.binding.render_data`` — the same bytes n8n would send (tests/test_e2e_http_parity.py).
+(ExecuteOrchestrator SPEC, Executor step 4); both perform exactly the HTTP call the registry's
+``n8n-nodes-base.httpRequest`` binding describes (method, URL, query, headers, body), with values
+rendered by ``countersign.binding.render_data`` — the same bytes n8n would send
+(tests/test_e2e_http_parity.py).
 It sits in StepRunner so that both runtimes share the one request builder.
 """
 

@@ -8,7 +8,7 @@ that finish in one wake-up are handled in step order, so when several fail toget
 step's failure is the one raised. ``N8nStepRunner`` runs one
 step: build its step workflow, deploy it once, render the data values, call the webhook, normalize
 the output — except a pure ``system.analyze`` computation, which it runs in-process
-(``steps.analyze``, issue 16.1). A preview's runner (``batch_reads``) sends the reads of one op
+(``steps.analyze``, StepRunner SPEC). A preview's runner (``batch_reads``) sends the reads of one op
 that become ready in the same wake-up as ONE n8n execution (a batch workflow: n8n's HTTP Request
 node sends its items' requests at once), since on a small machine n8n's per-execution work, not
 the provider, is what a preview waits for (StepRunner LLD "Batched preview reads").
@@ -271,8 +271,8 @@ class N8nStepRunner:
         """One read step's normalized output, read directly: a plain HTTP Request binding (no
         credential) is sent by this process with the bytes n8n would send (``steps.http``) and its
         answer normalized as n8n's would be; a pure computation runs in-process; any other read
-        runs on n8n (``run``). Used by the execute-time staleness re-check (issue 16.0), never by a
-        preview.
+        runs on n8n (``run``). Used by the execute-time staleness re-check (ExecuteOrchestrator
+        SPEC, Executor step 4), never by a preview.
 
         Raises:
             StepFailedError: the op is not a read, or the request could not be completed.

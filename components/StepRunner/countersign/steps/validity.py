@@ -1,4 +1,4 @@
-"""Is a verified plan still the one to run? (ARCHITECTURE.md §3 inv. 3: no write without proof —
+"""Is a verified plan still the one to run? (GLOBAL_SPEC §13 inv. 3b: no write without proof —
 the proof covers the registry it was planned against, and it expires.)
 
 A signature proves what the plan says, including ``meta.registry_version``: the registry content

@@ -1,4 +1,4 @@
-"""The write protocol: the one way any runtime sends a write (ARCHITECTURE.md §3 inv. 4, at most
+"""The write protocol: the one way any runtime sends a write (GLOBAL_SPEC §13 inv. 4, at most
 once).
 
     claim ─► (prepare) ─► mark sent ─► send once ─► classify ─► complete | fail | unknown ─► audit
@@ -170,7 +170,8 @@ class WriteProtocol:
     owner: str
     clock: Callable[[], float]
     #: when given, the ``step_started`` row is appended in the ledger's claiming transaction (one
-    #: transaction for the claim decision, issue 16.0); otherwise through ``audit``
+    #: transaction for the claim decision: StepRunner SPEC, write protocol); otherwise through
+    #: ``audit``
     audit_in: AuditInTx | None = None
 
     def claim(

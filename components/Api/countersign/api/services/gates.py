@@ -2,7 +2,7 @@
 
 Approve issues a short-lived, single-use token bound to the plan hash, the gate and the caller,
 after three checks on the plan's stored row (one read): the gate's earlier writes ran (it is in
-view, ARCHITECTURE §3 inv. 3), what would be charged now is within the signed budget, and the
+view, GLOBAL_SPEC §13 inv. 4b), what would be charged now is within the signed budget, and the
 choice is one the gate offered (GLOBAL_SPEC §8). Each refusal is audited ``approval_refused``
 before it is raised. A plan running on Temporal gets the decision at once (its update).
 """
@@ -126,7 +126,7 @@ class Gates:
         self, plan: Plan, gate_id: str, user_id: str, row: Mapping[str, Any] | None
     ) -> None:
         """A gate that depends on an earlier gate's writes is approved only after they ran
-        (ARCHITECTURE §3 inv. 3): otherwise refused (409 ``execute_refused``), audited."""
+        (GLOBAL_SPEC §13 inv. 4b): otherwise refused (409 ``execute_refused``), audited."""
         done = {int(s["step"]) for s in (row or {}).get("steps", []) if s["status"] == "done"}
         registry = self.runtime.registry
         pending = [w for w in writes_before_gate(plan, registry, gate_id) if w not in done]

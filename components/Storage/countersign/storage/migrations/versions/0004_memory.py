@@ -1,4 +1,4 @@
-"""Memory (issue 15): outcome history per plan step, facts and contacts per user, and the
+"""Memory (ContextRAG SPEC §1): outcome history per plan step, facts and contacts per user, and the
 columns ContextRAG needs on the existing preferences and consents.
 
 ``history_facts`` is "what actually happened", PII-light: one row per (plan, step, key), written
