@@ -1,55 +1,52 @@
 """Temporal activities: every I/O of the durable workflows (verify, poll, redeem, write, notify).
 
-Thin: each wires an adapter (httpx, smtplib, the Postgres ledgers) to the shared cores. Our errors
-become ``ApplicationError(type=<code>, non_retryable=not error.retryable)``; a write whose outcome
-is unknown is never retried by Temporal (non-retryable), it waits for reconciliation.
+Thin: each wires an adapter (the Postgres stores, ``steps.DirectSender`` for HTTP and SMTP) to the
+shared cores; writes and their undo go through the one write sequence both runtimes use
+(``steps.write_once`` / ``undo_writes``, StepRunner SPEC). Our errors become
+``ApplicationError(type=<code>, non_retryable=not error.retryable)``; a write whose outcome is
+unknown is never retried by Temporal (non-retryable), it waits for reconciliation.
 """
 
 from __future__ import annotations
 
-import smtplib
-import socket
+import asyncio
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from email.message import EmailMessage
 from typing import Any
 
 import httpx
-from sqlalchemy import Connection
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from countersign.approvals import Approvals, ReceiptSigner
 from countersign.audit import AuditLog, GroupCommitAuditWriter
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
-from countersign.kernel import (
-    BindingError,
-    CountersignError,
-    Plan,
-    PlanStep,
-    content_hash,
-    system_clock,
-)
+from countersign.kernel import CountersignError, Plan, PlanStep, SignedPlan, system_clock
 from countersign.planwriter import PlanWriter
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
 from countersign.steps import (
-    Attempt,
+    DirectSender,
     PlanNotCurrentError,
-    Replay,
+    StepMarks,
+    StoreRecorder,
+    Write,
     WriteFailedError,
     WriteProtocol,
     check_current,
-    compensation_steps,
+    gate_scopes,
     idempotency_key,
+    undo_writes,
+    write_once,
 )
-from countersign.steps.http import HttpCall, http_call, send
-from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError, PlanStore
+from countersign.steps.http import http_call, send
+from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 
 from .models import CompensateCall, FinishCall, ReconcileCall, RedeemCall, RejectCall, StepCall
 
-__all__ = ["PLAN_STATUS", "DurableActivities"]
+__all__ = ["PLAN_STATUS", "DurableActivities", "DurableStores"]
 
 #: a durable run's outcome → the plan's status in the PlanStore (the same statuses as
 #: interactive execution; the precise outcome is in the ``durable_finished`` audit row)
@@ -68,6 +65,33 @@ def _app_error(e: CountersignError) -> ApplicationError:
     return ApplicationError(e.message, type=e.code, non_retryable=not e.retryable)
 
 
+@dataclass(frozen=True)
+class DurableStores:
+    """The stores the activities work on (passed in, or built over one database: ``over``)."""
+
+    audit: AuditLog
+    ledger: IdempotencyLedger
+    approvals: Approvals
+    recorder: StoreRecorder
+    #: standalone audit rows of concurrent activities (a thread pool) share one commit each
+    #: (group commit; every caller still returns after its own row is durable)
+    audit_writer: GroupCommitAuditWriter
+
+    @classmethod
+    def over(cls, db: Database, *, receipts: ReceiptSigner | None = None) -> DurableStores:
+        """The stores over ``db`` on the system clock. A rejection recorded here (a person's, or
+        the approval timing out) is a signed receipt in the plan's chain when ``receipts`` (the
+        service key) is given (Approvals SPEC §4)."""
+        audit = AuditLog(clock=system_clock)
+        return cls(
+            audit=audit,
+            ledger=IdempotencyLedger(db, audit=audit, clock=system_clock),
+            approvals=Approvals(db, audit=audit, clock=system_clock, receipts=receipts),
+            recorder=StoreRecorder(db, clock=system_clock),
+            audit_writer=GroupCommitAuditWriter(db, log=audit),
+        )
+
+
 class DurableActivities:
     """The activities, bound to one database, key ring, registry and deployment settings."""
 
@@ -82,36 +106,48 @@ class DurableActivities:
         plan_writer: PlanWriter | None = None,
         registry_source: Callable[[], Registry] | None = None,
         receipt_signer: ReceiptSigner | None = None,
+        stores: DurableStores | None = None,
+        sender: DirectSender | None = None,
     ) -> None:
         self.db = db
-        #: the effective registry now (the shipped folder + API edits, ``steps.RegistryStore``):
-        #: read again when a plan names another registry version than the one held, so a plan
-        #: signed after an edit through the API runs without restarting the worker
+        #: the effective registry now (the shipped folder + API edits, ``RegistryStore``): read
+        #: again when a plan names another registry version than the one held, so a plan signed
+        #: after an edit through the API runs without restarting the worker
         self.registry_source = registry_source
-        #: writes a finished plan's outcomes to History and the PlanLibrary (issue 15.5)
+        #: writes a finished plan's outcomes to History and the PlanLibrary (PlanWriter SPEC)
         self.plan_writer = plan_writer
         self.clock = clock
         self.keys = keys
-        self.registry = registry
-        self.settings = dict(settings)
-        self.audit = AuditLog(clock=system_clock)
-        self.ledger = IdempotencyLedger(db, audit=self.audit, clock=system_clock)
-        #: a rejection recorded here (a person's, or the approval timing out) is a signed receipt
-        #: in the plan's chain when the worker has the service key (Approvals SPEC §4)
-        self.approvals = Approvals(
-            db, audit=self.audit, clock=system_clock, receipts=receipt_signer
-        )
-        self.plans = PlanStore(db, clock=system_clock)
-        #: standalone audit rows of concurrent activities (a thread pool) share one commit each
-        #: (issue 16: group commit; every caller still returns after its own row is durable)
-        self.audit_writer = GroupCommitAuditWriter(db, log=self.audit)
-        #: one client for every provider request (thread-safe): ``httpx.request`` built a client
-        #: and its TLS context per call, ~40 ms of CPU per poll — the one-poll watcher's largest
-        #: cost (LLD "Scale"); no keep-alive, so each request still opens its own connection and
-        #: a write's "sent or not" reads exactly as before
-        self.http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+        stores = stores or DurableStores.over(db, receipts=receipt_signer)
+        self.audit = stores.audit
+        self.ledger = stores.ledger
+        self.approvals = stores.approvals
+        self.recorder = stores.recorder
+        self.plans = stores.recorder.plans
+        self.audit_writer = stores.audit_writer
+        #: sends the writes (HTTP and SMTP from this process, ``steps.DirectSender``); its one
+        #: HTTP client also sends the polls
+        self.sender = sender or DirectSender(registry, dict(settings))
 
-    def _verified(self, signed: Mapping[str, Any]) -> VerifiedPlan:
+    @property
+    def registry(self) -> Registry:
+        """The registry the activities run against (the sender's)."""
+        return self.sender.registry
+
+    @registry.setter
+    def registry(self, registry: Registry) -> None:
+        self.sender = replace(self.sender, registry=registry)
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The deployment's connector settings (the sender's)."""
+        return dict(self.sender.settings)
+
+    @settings.setter
+    def settings(self, settings: Mapping[str, str]) -> None:
+        self.sender = replace(self.sender, settings=dict(settings))
+
+    def _verified(self, signed: SignedPlan | Mapping[str, Any]) -> VerifiedPlan:
         """The signed plan, verified, signed against the registry this worker holds and within
         its TTL (``countersign.steps.check_current``); else audited and non-retryable."""
         try:
@@ -143,23 +179,12 @@ class DurableActivities:
         self.audit_writer.append(entry)
 
     @activity.defn(name="verify_plan")
-    def verify_plan(self, signed: dict[str, Any]) -> str:
-        """Verify the signed plan (refused and audited if it does not hold); its plan_hash."""
+    def verify_plan(self, signed: SignedPlan) -> str:
+        """Verify the signed plan (refused and audited if it does not hold) and store it with
+        its ``plan_signed`` row, as preview and execute do (``StoreRecorder.remember``); its
+        plan_hash."""
         v = self._verified(signed)
-
-        def audit_signed(c: Connection) -> None:  # the first store and its row commit together
-            self.audit.append(
-                c,
-                {
-                    "kind": "plan_signed",
-                    "status": "ok",
-                    "actor": "durable",
-                    "plan_id": v.plan.plan_id,
-                    "details": {"plan_hash": v.plan_hash, "key": v.envelope.pubkey_id},
-                },
-            )
-
-        self.plans.save_signed(v.plan, v.envelope, v.plan_hash, v.canonical, on_insert=audit_signed)
+        self.recorder.remember(v, actor="durable")
         return v.plan_hash
 
     @activity.defn(name="poll")
@@ -172,7 +197,7 @@ class DurableActivities:
             args = resolve_refs(step.args, _int_keys(call.outputs), call.choices)
             node = resolve_step(step.model_copy(update={"args": args}), self.registry)
             req = http_call(node, render_data(node, args, self.settings))
-            r = send(req, client=self.http)
+            r = send(req, client=self.sender.client)
         except CountersignError as e:
             raise _app_error(e) from e
         except httpx.HTTPError as e:
@@ -202,16 +227,9 @@ class DurableActivities:
 
     @activity.defn(name="redeem_gate")
     def redeem_gate(self, call: RedeemCall) -> Any:
-        """Spend the gate token (bound to plan hash, gate, user, scopes); the person's choice."""
+        """Spend the gate token (bound to plan hash, gate, user and the scopes of the writes the
+        gate guards: ``steps.gate_scopes``); the person's choice."""
         v = self._verified(call.signed)
-        needed = sorted(
-            {
-                sc
-                for s in v.plan.graph
-                if not s.dry_run and s.gate_id is None
-                for sc in self.registry.op(s.uses, s.call).scopes
-            }
-        )
         try:
             return self.approvals.redeem(
                 call.token,
@@ -219,7 +237,8 @@ class DurableActivities:
                 plan_hash=v.plan_hash,
                 gate_id=call.gate_id,
                 user_id=call.user_id,
-                required_scopes=needed,
+                # the scopes of the writes this gate guards, as interactive execution asks
+                required_scopes=gate_scopes(v.plan, self.registry, call.gate_id),
             ).choice
         except CountersignError as e:
             raise _app_error(e) from e
@@ -277,56 +296,25 @@ class DurableActivities:
 
     @activity.defn(name="write_step")
     def write_step(self, call: StepCall) -> dict[str, Any]:
-        """Run a write step at most once through the write protocol (``countersign.steps``); its
-        result. Nothing sent → retryable ``provider_unreachable``; refused → non-retryable
-        ``provider_refused``; may have happened → non-retryable ``idempotency_outcome_unknown``
-        (the workflow waits for a person's ``resolve_step``)."""
+        """Run a write step at most once through the write sequence (``steps.write_once`` over
+        this worker's ``DirectSender``); its ledger result. Nothing sent → retryable
+        ``provider_unreachable``; refused → non-retryable ``provider_refused``; may have happened
+        → non-retryable ``idempotency_outcome_unknown`` (the workflow waits for a person's
+        ``resolve_step``)."""
         plan = self._verified(call.signed).plan
         step, args, _ = self._write_key(plan, call)
-        op = self.registry.op(step.uses, step.call)
-        where = f"plan {plan.plan_id} step {step.step} ({step.uses}.{step.call})"
-        writes = self._writes()
+        write = Write.of(plan.plan_id, step, args, self.registry)
         try:
-            ticket = writes.claim(
-                plan_id=plan.plan_id,
-                step=step.step,
-                op=f"{step.uses}.{step.call}",
-                args=args,
-                actor=call.user_id,
-                natural_key=op.idempotency is not None and op.idempotency.via == "natural_key",
+            # one sequence for both runtimes: run here on a private event loop of this activity's
+            # thread (the sender's sends block that thread only)
+            outcome = asyncio.run(
+                write_once(
+                    self._writes(), self.sender, write, actor=call.user_id, mark=self._marks(plan)
+                )
             )
         except CountersignError as e:
-            raise _app_error(e) from e
-        if isinstance(ticket, Replay):
-            self._step_status(plan, step.step, "done", ticket.result)
-            return dict(ticket.result or {})
-        self._step_status(plan, step.step, "running")
-        try:
-            send = self._prepare(step, args, ticket.key)
-        except CountersignError as e:  # could not even build the request: nothing left
-            failed = writes.abandon(ticket, e.message)
-            self._step_status(plan, step.step, "failed")
-            raise ApplicationError(
-                f"{where}: {failed.reason}", type=e.code, non_retryable=True
-            ) from e
-        writes.sending(ticket)
-        try:
-            done = writes.settle(ticket, send())
-        except WriteFailedError as e:
-            if not e.sent:  # retryable: nothing was sent; the next attempt claims the key again
-                raise ApplicationError(f"{where}: {e.reason}", type="provider_unreachable") from e
-            self._step_status(plan, step.step, "failed")
-            raise ApplicationError(
-                f"{where}: {e.reason}", type="provider_refused", non_retryable=True
-            ) from e
-        except OutcomeUnknownError as e:
-            raise ApplicationError(
-                f"{where}: {e.message}; check the provider, then resolve_step",
-                type="idempotency_outcome_unknown",
-                non_retryable=True,
-            ) from e
-        self._step_status(plan, step.step, "done", done.result)
-        return done.result
+            raise _write_error(f"plan {plan.plan_id} step {step.step} ({write.op})", e) from e
+        return dict(outcome.result or {})
 
     def _write_key(self, plan: Plan, call: StepCall) -> tuple[PlanStep, dict[str, Any], str]:
         """The step, its args with references resolved, and its idempotency key."""
@@ -391,10 +379,10 @@ class DurableActivities:
 
     @activity.defn(name="compensate")
     def compensate(self, call: CompensateCall) -> list[int]:
-        """Run the registry's compensations of ``done`` writes, newest first, each at most once;
-        the original steps that were undone."""
-        v = self._verified(call.signed)
-        plan = v.plan
+        """Run the registry's compensations of ``done`` writes, newest first, each at most once
+        (``steps.undo_writes``); the original steps that were undone (each marked
+        ``compensated``)."""
+        plan = self._verified(call.signed).plan
         outputs = _int_keys(call.outputs)
         done = [
             (
@@ -404,47 +392,16 @@ class DurableActivities:
             )
             for d in call.done
         ]
-        undone: list[int] = []
-        writes = self._writes()
-        for comp in compensation_steps(plan, self.registry, done):
-            original = 10_000 - comp.step
-            op = f"{comp.uses}.{comp.call}"
-            try:
-                ticket = writes.claim(
-                    plan_id=plan.plan_id, step=comp.step, op=op, args=comp.args, actor=call.user_id
-                )
-            except CountersignError as e:  # e.g. an earlier compensation's outcome is unknown
-                self._compensation_row(plan, original, op, call.user_id, "unknown", e.code)
-                continue
-            if not isinstance(ticket, Replay):
-                try:
-                    send = self._prepare(comp, comp.args, ticket.key)
-                except CountersignError as e:
-                    writes.abandon(ticket, e.message)
-                    self._compensation_row(plan, original, op, call.user_id, "error", e.code)
-                    continue
-                writes.sending(ticket)
-                try:
-                    writes.settle(ticket, send())
-                except (WriteFailedError, OutcomeUnknownError) as e:
-                    status = "unknown" if isinstance(e, OutcomeUnknownError) else "error"
-                    self._compensation_row(plan, original, op, call.user_id, status, e.code)
-                    continue
-            self._compensation_row(plan, original, op, call.user_id, "ok", None)
-            self._step_status(plan, original, "compensated")
-            undone.append(original)
-        return undone
-
-    def _compensation_row(
-        self, plan: Plan, original: int, op: str, actor: str, status: str, reason: str | None
-    ) -> None:
-        self._writes().compensated(
-            plan_id=plan.plan_id,
-            original=original,
-            op=op,
-            actor=actor,
-            status=status,
-            reason=reason,
+        return asyncio.run(
+            undo_writes(
+                self._writes(),
+                self.sender,
+                plan,
+                self.registry,
+                done,
+                actor=call.user_id,
+                mark=self._marks(plan),
+            )
         )
 
     @activity.defn(name="finish_plan")
@@ -468,75 +425,38 @@ class DurableActivities:
             self.plan_writer.record(plan.plan_id, audit=self._audit)
         return status
 
-    def _step_status(self, plan: Plan, step: int, status: str, output: Any = None) -> None:
-        """Report a durable step's progress where interactive steps report theirs."""
-        if isinstance(output, Mapping) and "output" in output:
-            output = output["output"]
-        try:
-            self.plans.set_step(plan.plan_id, step, status, output=output)
-        except CountersignError as e:
-            raise _app_error(e) from e
+    def _marks(self, plan: Plan) -> StepMarks:
+        """Where the write sequence records a durable step's progress (where interactive steps
+        report theirs)."""
 
-    def _prepare(self, step: PlanStep, args: Mapping[str, Any], key: str) -> Callable[[], Attempt]:
-        """Build the step's request (any error here: nothing was sent); the one send, which
-        reports what happened as an ``Attempt`` and never raises."""
-        node = resolve_step(step.model_copy(update={"args": dict(args)}), self.registry)
-        if node.node_type == "n8n-nodes-base.emailSend":
-            msg = self._email(args, key)
-            return lambda: self._send_mail(msg)
-        req = http_call(node, render_data(node, args, self.settings, idempotency_key=key))
-        output = self.registry.op(step.uses, step.call).output
-        return lambda: self._send_http(req, output, args)
+        def mark(step: int, status: str, output: Any) -> None:
+            try:
+                self.plans.set_step(plan.plan_id, step, status, output=output)
+            except CountersignError as e:
+                raise _app_error(e) from e
 
-    def _email(self, args: Mapping[str, Any], key: str) -> EmailMessage:
-        for name in ("smtp_from", "smtp_host", "smtp_port"):
-            if not self.settings.get(name):
-                raise BindingError(f"connector setting {name!r} is not configured")
-        for name in ("to", "subject", "body"):
-            if name not in args:
-                raise BindingError(f"mail step needs the argument {name!r}")
-        msg = EmailMessage()
-        msg["From"] = self.settings["smtp_from"]
-        msg["To"] = str(args["to"])
-        msg["Subject"] = str(args["subject"])
-        msg["Message-ID"] = f"<{content_hash(key)[:32]}@countersign>"
-        msg.set_content(str(args["body"]))
-        return msg
+        return mark
 
-    def _send_mail(self, msg: EmailMessage) -> Attempt:
-        try:
-            s = smtplib.SMTP(
-                self.settings["smtp_host"], int(self.settings["smtp_port"]), timeout=30
-            )
-        except (ConnectionRefusedError, socket.gaierror, TimeoutError) as e:
-            return Attempt.not_sent(f"SMTP connect failed: {type(e).__name__}")
-        except OSError as e:
-            return Attempt.not_sent(f"SMTP connect failed: {type(e).__name__}")
-        try:
-            with s:
-                s.send_message(msg)
-        except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as e:
-            return Attempt("refused", detail=f"SMTP refused: {type(e).__name__}")
-        except smtplib.SMTPDataError as e:
-            if 500 <= e.smtp_code < 600:  # permanent refusal of the message: not accepted
-                return Attempt("refused", detail=f"SMTP answered {e.smtp_code}")
-            return Attempt.lost(f"SMTP answered {e.smtp_code} to DATA")
-        except Exception as e:  # the message may have been accepted
-            return Attempt.lost(f"SMTP {type(e).__name__}")
-        return Attempt("answered", output={"id": msg["Message-ID"]})
 
-    def _send_http(self, req: HttpCall, output: Any, args: Mapping[str, Any]) -> Attempt:
-        try:
-            r = send(req, client=self.http)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            return Attempt.not_sent(f"{type(e).__name__}")
-        except Exception as e:  # read timeout, dropped connection, …: may have arrived
-            return Attempt.lost(f"{type(e).__name__}")
-        try:
-            out = normalize_output(output, {"statusCode": r.status_code, "body": r.text}, args)
-        except CountersignError as e:
-            return Attempt.lost(f"provider answered {r.status_code}, unreadable: {e.code}")
-        return Attempt("answered", status=r.status_code, output=out)
+def _write_error(where: str, e: CountersignError) -> ApplicationError:
+    """What Temporal does with a write that did not complete: a request that could not be built
+    is final (its code); nothing sent is retried (the next attempt claims the key again);
+    refused is final; an outcome that is not known waits for a person; anything the claim
+    raised keeps its own code."""
+    if isinstance(e, WriteFailedError):
+        cause = e.__cause__
+        if isinstance(cause, CountersignError):  # abandoned before sending: nothing to retry
+            return ApplicationError(f"{where}: {e.reason}", type=cause.code, non_retryable=True)
+        if not e.sent:
+            return ApplicationError(f"{where}: {e.reason}", type="provider_unreachable")
+        return ApplicationError(f"{where}: {e.reason}", type="provider_refused", non_retryable=True)
+    if isinstance(e, OutcomeUnknownError):
+        return ApplicationError(
+            f"{where}: {e.message}; check the provider, then resolve_step",
+            type=e.code,
+            non_retryable=True,
+        )
+    return _app_error(e)
 
 
 _MISSING = object()
