@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from countersign.audit import AuditLog
-from countersign.kernel import CountersignError, SignatureError
+from countersign.kernel import CountersignError, SignatureError, SignedPlan
 from countersign.n8n import N8nApiError, N8nClient
 from countersign.signer import VerifiedPlan
 from countersign.storage import Database, PlanStore
@@ -82,7 +82,10 @@ class N8nTransport:
         return out
 
 
-def _plan_id_of(document: Any) -> str | None:
+def _plan_id_of(document: SignedPlan | Mapping[str, Any]) -> str | None:
+    """The plan id a refused document names, if it names a plausible one (it proved nothing)."""
+    if isinstance(document, SignedPlan):
+        return document.plan.plan_id
     try:
         pid = document["plan"]["plan_id"]
     except (KeyError, TypeError):
@@ -99,7 +102,9 @@ class StoreRecorder:
         self.plans = PlanStore(db, clock=self._clock)
         self.audit = AuditLog(clock=self._clock)
 
-    def signature_refused(self, document: Any, error: CountersignError, *, actor: str) -> None:
+    def signature_refused(
+        self, document: SignedPlan | Mapping[str, Any], error: CountersignError, *, actor: str
+    ) -> None:
         """Audit a refused signature, or a signed plan that may not run any more (registry
         changed, expired): the plan id only if the document names a plausible one."""
         kind = "signature_refused" if isinstance(error, SignatureError) else "plan_refused"

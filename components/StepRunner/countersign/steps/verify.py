@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from countersign.kernel import CountersignError, SignatureError, content_hash
+from countersign.kernel import CountersignError, SignatureError, SignedPlan, content_hash
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
 
@@ -19,7 +19,9 @@ __all__ = ["StepRecorder", "fingerprint", "verify_or_audit"]
 class StepRecorder(Protocol):
     """Where runs leave their trace (storage + audit): refusals, previews."""
 
-    def signature_refused(self, document: Any, error: CountersignError, *, actor: str) -> None:
+    def signature_refused(
+        self, document: SignedPlan | Mapping[str, Any], error: CountersignError, *, actor: str
+    ) -> None:
         """Audit a refused signature or a signed plan that may not run any more (derived facts
         only)."""
 
@@ -38,7 +40,7 @@ class StepRecorder(Protocol):
 
 
 def verify_or_audit(
-    document: Any,
+    document: SignedPlan | Mapping[str, Any],
     *,
     keys: KeyLookup,
     recorder: StepRecorder,
@@ -46,9 +48,9 @@ def verify_or_audit(
     registry: Registry | None = None,
     now: datetime,
 ) -> VerifiedPlan:
-    """Verify a signed plan, then that it may still run (``registry`` is the one it was signed
-    against, ``now`` within its TTL: ``countersign.steps.check_current``); on failure audit the
-    refusal and re-raise."""
+    """Verify a signed plan (a ``SignedPlan``, or the document as read: verified as given), then
+    that it may still run (``registry`` is the one it was signed against, ``now`` within its TTL:
+    ``countersign.steps.check_current``); on failure audit the refusal and re-raise."""
     try:
         verified = verify_signed_plan(document, keys=keys)
         if registry is not None:
