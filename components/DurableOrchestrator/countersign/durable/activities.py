@@ -118,6 +118,8 @@ class DurableActivities:
         self.plan_writer = plan_writer
         self.clock = clock
         self.keys = keys
+        # ``receipt_signer`` signs the rejections of the stores built here; stores passed in
+        # bring their own Approvals
         stores = stores or DurableStores.over(db, receipts=receipt_signer)
         self.audit = stores.audit
         self.ledger = stores.ledger
