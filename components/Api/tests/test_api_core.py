@@ -135,3 +135,15 @@ def test_a_run_cancelled_in_the_temporal_ui_is_cancelled_not_failed() -> None:
 
     assert ended_outcome("CANCELED") == ("cancelled", "cancelled")
     assert ended_outcome("TERMINATED") == ("terminated", "failed")
+
+
+def test_a_hand_off_names_its_workflow_and_old_events_fall_back_to_the_id_rule() -> None:
+    from countersign.api.services.durable import handoff_from
+    from countersign.durable import PlanExecutionWorkflow, WatcherWorkflow
+
+    recorded = handoff_from({"workflow_id": "plan-P1", "workflow_type": "WatcherWorkflow"})
+    assert recorded is not None and recorded.workflow is WatcherWorkflow  # the record wins
+    for wid, workflow in (("watch-P1", WatcherWorkflow), ("plan-P1", PlanExecutionWorkflow)):
+        old = handoff_from({"workflow_id": wid})  # written before the type was recorded
+        assert old is not None and old.workflow is workflow
+    assert handoff_from({"steps": [3]}) is None

@@ -138,6 +138,9 @@ def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -
         assert started.json()["status"] == "handed_off"
         wid = started.json()["workflow_id"]
         assert wid == f"watch-{plan_id}"
+        # the hand-off records the run's workflow type: decisions reach that class's updates
+        handed = api.services.events.latest(plan_id, "handed_off")
+        assert handed is not None and handed["details"]["workflow_type"] == "WatcherWorkflow"
 
         # findable in Temporal (what the UI searches) by plan_id and by user_id
         async def find() -> list[str]:

@@ -826,10 +826,9 @@ def test_plan_interpreter_parallel_reads_gate_write_notify(
         from countersign.durable import durable_starter
 
         start = durable_starter(env.client, search_attributes=False)
-        wid = await start(doc, "alice@example.com")
-        assert (
-            wid == f"plan-{doc['plan']['plan_id']}" and await start(doc, "alice@example.com") == wid
-        )
+        wid, kind = await start(doc, "alice@example.com")
+        assert wid == f"plan-{doc['plan']['plan_id']}" and kind == "PlanExecutionWorkflow"
+        assert await start(doc, "alice@example.com") == (wid, kind)  # joined, not started again
         handle = env.client.get_workflow_handle_for(PlanExecutionWorkflow.run, wid)
         st = await _plan_until_waiting(env, handle)
         assert st == {

@@ -284,26 +284,27 @@ def _start_gate(plan: Plan, gates: list[tuple[int, str]]) -> dict[str, Any]:
 
 def durable_starter(
     client: Client, *, search_attributes: bool = True
-) -> Callable[[SignedPlan | Mapping[str, Any], str], Awaitable[str]]:
+) -> Callable[[SignedPlan | Mapping[str, Any], str], Awaitable[tuple[str, str]]]:
     """What the ExecuteOrchestrator calls to hand a plan's durable steps to Temporal
     (``execute.DurableStarter``): starts (or joins) the plan's watcher, or its
-    PlanExecutionWorkflow, and returns the workflow id.
+    PlanExecutionWorkflow, and returns the run as ``(workflow id, workflow type)`` — the type is
+    recorded on ``handed_off``, so a decision reaches that class's update (Api SPEC).
 
     The start raises ``WatcherPlanError`` for a watcher plan without the steps a watcher runs."""
 
-    async def start(signed: SignedPlan | Mapping[str, Any], user_id: str) -> str:
+    async def start(signed: SignedPlan | Mapping[str, Any], user_id: str) -> tuple[str, str]:
         typed = signed_plan(signed)
         if any(s.role == "Watcher" for s in typed.plan.graph):
             handle = await start_watcher(
                 client, watch_input_for(typed, user_id), search_attributes=search_attributes
             )
-        else:
-            handle = await start_plan(
-                client,
-                PlanInput(signed=typed, user_id=user_id),
-                search_attributes=search_attributes,
-            )
-        return handle.id
+            return handle.id, WatcherWorkflow.__name__
+        handle = await start_plan(
+            client,
+            PlanInput(signed=typed, user_id=user_id),
+            search_attributes=search_attributes,
+        )
+        return handle.id, PlanExecutionWorkflow.__name__
 
     return start
 

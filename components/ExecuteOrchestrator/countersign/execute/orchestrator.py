@@ -61,9 +61,10 @@ from .writing import GateWriter
 
 __all__ = ["DurableStarter", "ExecuteRefusedError", "ExecuteReport", "ExecuteStores", "Executor"]
 
-#: hands a verified plan's durable steps to Temporal for a user; the workflow id
-#: (``countersign.durable.durable_starter``)
-DurableStarter = Callable[[SignedPlan, str], Awaitable[str]]
+#: hands a verified plan's durable steps to Temporal for a user; the run it started or joined as
+#: ``(workflow id, workflow type)`` (``countersign.durable.durable_starter``), both recorded on
+#: ``handed_off`` so a decision reaches that workflow's class (Api SPEC, durable plans)
+DurableStarter = Callable[[SignedPlan, str], Awaitable[tuple[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -340,14 +341,14 @@ class Executor:
                 f"plan {plan.plan_id}: durable write steps {durable} run on Temporal and no "
                 "durable starter is configured"
             )
-        workflow_id = await self.durable(verified.signed(), user_id)
+        workflow_id, workflow_type = await self.durable(verified.signed(), user_id)
         self.recorder.plans.set_status(plan.plan_id, "waiting")
         self._audit(
             kind="handed_off",
             status="ok",
             actor=user_id,
             plan_id=plan.plan_id,
-            details={"workflow_id": workflow_id, "steps": durable},
+            details={"workflow_id": workflow_id, "workflow_type": workflow_type, "steps": durable},
         )
         return ExecuteReport(plan.plan_id, "handed_off", workflow_id=workflow_id)
 
