@@ -173,6 +173,11 @@ def test_the_plan_and_its_watch_input(registry: Registry, keyring: KeyRing) -> N
         "send",
     ]
     assert watch_input_for(plain, USER).hold_step is None
+    # with the registry the plan runs against, what a poll found is what the op declares it offers
+    assert inp.offers is None
+    declared = registry.op("visa.sandbox", "find_slots").offers
+    assert declared is not None
+    assert watch_input_for(doc, USER, registry=registry).offers == declared
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from countersign.kernel import InputError, Plan, SignedPlan
 from countersign.kernel.process import ServiceError
+from countersign.registry import Registry
 
 from .activities import DurableActivities
 from .models import PlanInput, WatchInput
@@ -216,11 +217,15 @@ def signed_plan(signed: SignedPlan | Mapping[str, Any]) -> SignedPlan:
     return signed if isinstance(signed, SignedPlan) else SignedPlan.model_validate(signed)
 
 
-def watch_input_for(signed: SignedPlan | Mapping[str, Any], user_id: str) -> WatchInput:
+def watch_input_for(
+    signed: SignedPlan | Mapping[str, Any], user_id: str, *, registry: Registry | None = None
+) -> WatchInput:
     """The watcher input for a signed plan: its Watcher step, the gate the person decides when
     something is found (the last gate), the first Booker and Notifier after it; with a gate before
     that one (approved when watching starts), its Booker holds what was found and its Notifier
-    mails the link to the card. Budget from the Watcher's args (the planner fills defaults).
+    mails the link to the card. Budget from the Watcher's args (the planner fills defaults). With
+    the ``registry`` the plan runs against, what a poll found is what the watched op declares it
+    offers (``WatchInput.offers``); without it, the first non-empty list of the output.
 
     Raises:
         WatcherPlanError: the plan has no Watcher, no gate and Booker after it, or a gate
@@ -247,10 +252,12 @@ def watch_input_for(signed: SignedPlan | Mapping[str, Any], user_id: str) -> Wat
         for k in ("poll_interval_s", "max_polls", "max_lifetime_s")
         if k in watch.args
     }
+    offers = registry.op(watch.uses, watch.call, step=watch.step).offers if registry else None
     return WatchInput.model_validate(
         {
             "signed": typed,
             "user_id": user_id,
+            "offers": offers,
             "watch_step": watch.step,
             "gate_id": gates[-1][1],
             "book_step": book.step,
@@ -283,20 +290,27 @@ def _start_gate(plan: Plan, gates: list[tuple[int, str]]) -> dict[str, Any]:
 
 
 def durable_starter(
-    client: Client, *, search_attributes: bool = True
+    client: Client,
+    *,
+    registry: Callable[[], Registry] | None = None,
+    search_attributes: bool = True,
 ) -> Callable[[SignedPlan | Mapping[str, Any], str], Awaitable[tuple[str, str]]]:
     """What the ExecuteOrchestrator calls to hand a plan's durable steps to Temporal
     (``execute.DurableStarter``): starts (or joins) the plan's watcher, or its
     PlanExecutionWorkflow, and returns the run as ``(workflow id, workflow type)`` — the type is
     recorded on ``handed_off``, so a decision reaches that class's update (Api SPEC).
 
-    The start raises ``WatcherPlanError`` for a watcher plan without the steps a watcher runs."""
+    ``registry`` gives the registry in force when a plan starts (a watcher's offers come from its
+    op). The start raises ``WatcherPlanError`` for a watcher plan without the steps a watcher
+    runs."""
 
     async def start(signed: SignedPlan | Mapping[str, Any], user_id: str) -> tuple[str, str]:
         typed = signed_plan(signed)
         if any(s.role == "Watcher" for s in typed.plan.graph):
             handle = await start_watcher(
-                client, watch_input_for(typed, user_id), search_attributes=search_attributes
+                client,
+                watch_input_for(typed, user_id, registry=registry() if registry else None),
+                search_attributes=search_attributes,
             )
             return handle.id, WatcherWorkflow.__name__
         handle = await start_plan(

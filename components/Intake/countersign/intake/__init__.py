@@ -5,6 +5,7 @@ model that proposes the intent (``IntentProposer``; its answers are checked, the
 from .core import Intake
 from .models import Contact, Explained, Need, Understanding
 from .proposer import IntentProposer, Proposal, ProposalError, catalogue, check_proposal
+from .revisions import change_request
 
 __all__ = [
     "Contact",
@@ -16,5 +17,6 @@ __all__ = [
     "ProposalError",
     "Understanding",
     "catalogue",
+    "change_request",
     "check_proposal",
 ]

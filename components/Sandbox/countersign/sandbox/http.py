@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -17,7 +18,7 @@ from countersign.kernel.process import free_port
 
 from .core import mark_sandbox
 
-__all__ = ["Answer", "JsonServer", "Request", "Route", "Served", "free_port"]
+__all__ = ["Answer", "JsonServer", "Request", "Route", "Served", "free_port", "page_or_admin"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,23 @@ class Answer:
 
 
 Route = Callable[[Request], Answer]
+
+
+def page_or_admin(
+    req: Request,
+    lock: AbstractContextManager[Any],
+    page: Callable[[], str],
+    admin: Callable[[Request], Answer],
+) -> Answer | None:
+    """What every sandbox service answers the same way, under its lock: ``GET /`` its page, and
+    ``/_sandbox/…`` its admin routes; None for a request of the provider's own contract."""
+    if req.method == "GET" and req.path == "/":
+        with lock:
+            return Answer(200, html=page())
+    if req.path.startswith("/_sandbox/"):
+        with lock:
+            return admin(req)
+    return None
 
 
 class JsonServer:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core import render_page
-from .http import Answer, JsonServer, Request, Served
+from .http import Answer, JsonServer, Request, Served, page_or_admin
 
 __all__ = ["ShopSandbox", "serve_shop"]
 
@@ -70,12 +70,9 @@ class ShopSandbox:
 
     def route(self, req: Request) -> Answer:
         """The HTTP entry point (one request at a time)."""
-        if req.method == "GET" and req.path == "/":
-            with self._lock:
-                return Answer(200, html=self._page())
-        if req.path.startswith("/_sandbox/"):
-            with self._lock:
-                return self._admin(req)
+        shared = page_or_admin(req, self._lock, self._page, self._admin)
+        if shared is not None:
+            return shared
         with self._lock:
             status, out = self.handle(
                 req.method, req.path, dict(req.query), req.body, req.header("Idempotency-Key")

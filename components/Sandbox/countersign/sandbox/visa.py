@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core import render_page
-from .http import Answer, JsonServer, Request, Served
+from .http import Answer, JsonServer, Request, Served, page_or_admin
 
 __all__ = ["VisaSandbox", "serve_visa"]
 
@@ -89,13 +89,8 @@ class VisaSandbox:
 
     def route(self, req: Request) -> Answer:
         """The HTTP entry point."""
-        if req.method == "GET" and req.path == "/":
-            with self._lock:
-                return Answer(200, html=self._page())
-        if req.path.startswith("/_sandbox/"):
-            with self._lock:
-                return self._admin(req)
-        return self._consulate(req)
+        shared = page_or_admin(req, self._lock, self._page, self._admin)
+        return shared if shared is not None else self._consulate(req)
 
     def _consulate(self, req: Request) -> Answer:
         """``/consulates/<id>/…``: search slots, hold or release one, book, cancel a booking."""

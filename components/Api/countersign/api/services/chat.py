@@ -10,27 +10,18 @@ it / move it / instead / switch" after a plan revises that plan ("change it to a
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from countersign.intake import Contact, IntentProposer, Understanding
+from countersign.intake import Contact, IntentProposer, Understanding, change_request
 
 from ..conversations import Conversation, ConversationStore
 from .planning import Observe, Planning, Proposal, unobserved
 from .runtime import Runtime
 
 __all__ = ["Chat"]
-
-#: a chat message that changes the conversation's last plan ("change it to april", "instead …")
-_CHANGE = re.compile(r"^\s*(?:please\s+)?(?:change|instead|make\s+it|move\s+it|switch)\b", re.I)
-_CHANGE_LEAD = re.compile(
-    r"^\s*(?:please\s+)?(?:change|instead|make|move|switch)\b(?:\s+(?:it|the\s+\w+))?"
-    r"(?:\s+(?:to|into))?",
-    re.I,
-)
 
 
 @dataclass
@@ -81,7 +72,7 @@ class Chat:
         reply, recorded as the conversation's turn."""
         conv = await asyncio.to_thread(self.conversations.open, conversation_id, user_id)
         zone = tz or self.tz
-        if conv.intent is None and conv.plan_id and _CHANGE.match(text):
+        if conv.intent is None and conv.plan_id and change_request(text) is not None:
             revised = await self._revision(text, conv, user_id, zone, observe)
             if revised is not None:
                 return revised
@@ -169,7 +160,7 @@ class Chat:
         what follows "change it (to)" — "to april" reads as "in april", "to porto" as "in
         porto"."""
         parent = self.planning.views.document(plan_id, user_id)["plan"]
-        rest = _CHANGE_LEAD.sub("", text).strip()
+        rest = change_request(text) or ""
         for said_text in (rest, f"in {rest}"):
             said = self.runtime.intake.understand(
                 said_text,

@@ -48,7 +48,9 @@ class Runtime:
         """Durable plans go to Temporal through ``client`` (execute hands them off; approving,
         rejecting or cancelling a running one reaches the workflow)."""
         self.temporal = client
-        self.executor = replace(self.executor, durable=durable_starter(client))
+        self.executor = replace(
+            self.executor, durable=durable_starter(client, registry=lambda: self.registry)
+        )
 
     def use_registry(self, registry: Registry) -> None:
         """Plan, preview and execute against this registry from now on (plans signed against
