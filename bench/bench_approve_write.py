@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -114,13 +114,15 @@ async def check_as_before(
     prints: Mapping[int, str],
     before: Mapping[int, Any],
     user_id: str,
-) -> None:
+) -> dict[int, Any]:
     """The staleness re-check as it was before issue 16.0 (every read and the overlap as n8n
-    executions), for a same-run comparison; a change stops the bench."""
+    executions), for a same-run comparison; a change stops the bench. The fresh reads, as
+    ``Executor._check_stale`` answers them."""
     old = dataclasses.replace(runner, in_process=False)
     fresh = await run_dag(plan, reads, old.run)
     if stale_changes(prints, before, fresh):
         raise SystemExit(f"plan {plan.plan_id}: stale in the bench")
+    return {n: fresh[n] for n in reads if n in fresh}
 
 
 def instrument(executor: Executor, marks_of: TimedTransport, *, as_before: bool = False) -> None:
@@ -322,6 +324,9 @@ async def main_async(n: int) -> None:
                             one_read[how].append((time.perf_counter() - t0) * 1000)
                 steps: Any = pv.wrapper.normalized["steps"]
                 slot = steps["3"]["slots"][-1]
+                # the choice the card offers: a free stretch's start and the signed length
+                begin = datetime.fromisoformat(slot["start"])
+                slot = {"start": slot["start"], "end": _utc_text(begin + timedelta(minutes=30))}
                 timed.marks = m = Marks()
                 t0 = time.perf_counter()
                 token = approvals.issue(
