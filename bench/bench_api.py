@@ -89,16 +89,20 @@ class Recorder:
                     for k, v in self.headers.items()
                     if k.lower() not in {"host", "content-length"}
                 }
-                r = httpx.request(
+                # the answer's bytes as the server sent them (still gzip-compressed when it says
+                # Content-Encoding: gzip): forwarding the decoded body under the server's
+                # Content-Encoding made clients fail to decode it (httpx: DecodingError)
+                with httpx.stream(
                     self.command, outer.upstream + self.path, content=body, headers=headers
-                )
+                ) as r:
+                    raw = b"".join(r.iter_raw())
                 self.send_response(r.status_code)
-                for k, v in r.headers.items():
+                for k, v in r.headers.multi_items():
                     if k.lower() not in {"content-length", "transfer-encoding", "connection"}:
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(r.content)))
+                self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
-                self.wfile.write(r.content)
+                self.wfile.write(raw)
 
             do_GET = do_PUT = do_REPORT = do_PROPFIND = do_DELETE = do_MKCALENDAR = _forward  # noqa: N815
 
@@ -220,7 +224,7 @@ def run(base: str, key: str, services: Services, proxy: Recorder, n: int, handle
     direct_client = loop.run_until_complete(open_direct())
     direct_transport = N8nTransport(direct_client)
 
-    async def engine(i: int) -> None:
+    async def engine(i: int) -> str:
         # the same service object, with its own runtime (the API's is bound to the server loop)
         saved = services.runtime.transport
         services.runtime.use_transport(direct_transport)
@@ -231,6 +235,7 @@ def run(base: str, key: str, services: Services, proxy: Recorder, n: int, handle
             doc = services.planning.plan(intent, ALICE)
             assert isinstance(doc, dict)
             await services.runs.preview(doc["plan"]["plan_id"], ALICE)
+            return str(doc["plan"]["plan_id"])
         finally:
             services.runtime.use_transport(saved)
 
@@ -246,7 +251,7 @@ def run(base: str, key: str, services: Services, proxy: Recorder, n: int, handle
         assert r.status_code == 201 and r.json()["preview"], r.text
         body = r.json()
         t0 = time.perf_counter()
-        loop.run_until_complete(engine(i))
+        previewed = loop.run_until_complete(engine(i))
         direct.append((time.perf_counter() - t0) * 1000)
         # approve → first external write
         plan_id = body["plan_id"]
@@ -260,8 +265,9 @@ def run(base: str, key: str, services: Services, proxy: Recorder, n: int, handle
         )
         assert done.status_code == 202 and done.json()["status"] == "completed", done.text
         approve_write.append((proxy.puts[before] - t0) * 1000)
-        # state change → SSE event at a connected client
-        sse.append(sse_latency(base, key, http, plan_id))
+        # state change → SSE event at a connected client: cancelling the plan the direct calls
+        # just previewed (a completed plan cannot be cancelled: 409 plan_finished)
+        sse.append(sse_latency(base, key, http, previewed))
     rps = float(
         subprocess.run(
             [sys.executable, "-c", LOAD, base, key, f"/v1/plans/{plan_id}", "5"],

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -44,15 +45,17 @@ from countersign.steps import N8nTransport, StoreRecorder
 from countersign.storage import Database, embedded_server
 
 
-def _now_utc() -> str:
-    from datetime import UTC as _UTC  # noqa: PLC0415
-    from datetime import datetime as _dt  # noqa: PLC0415
+def _utc_text(t: datetime) -> str:
+    return t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
-    return _dt.now(_UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+def _now_utc() -> str:
+    return _utc_text(datetime.now(UTC))
 
 
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 ALICE, BOB = "alice@example.com", "bob@example.com"
+DURATION_MIN = 30  # the meeting length the bench's intents sign
 
 
 class Slow(BaseHTTPRequestHandler):
@@ -211,7 +214,7 @@ async def main_async(n: int) -> None:
                         "user_id": f"organizer{i}@example.com",
                         "entities": {
                             "participants": [ALICE, BOB],
-                            "duration_min": 30,
+                            "duration_min": DURATION_MIN,
                             "title": f"bench {i}",
                             "window_start": "2037-11-23T13:00:00Z",
                             "window_end": "2037-11-23T18:00:00Z",
@@ -239,6 +242,13 @@ async def main_async(n: int) -> None:
                 previews.append((time.perf_counter() - t0) * 1000)
                 steps: Any = pv.wrapper.normalized["steps"]
                 slot = steps["3"]["slots"][-1]
+                # the choice the card offers: a free stretch's start and the signed length (the
+                # gate accepts exactly the intent's duration_min, not the stretch's whole range)
+                begin = datetime.fromisoformat(slot["start"].replace("Z", "+00:00"))
+                slot = {
+                    "start": slot["start"],
+                    "end": _utc_text(begin + timedelta(minutes=DURATION_MIN)),
+                }
                 token = (
                     Approvals(db, clock=system_clock)
                     .issue(
@@ -295,9 +305,7 @@ async def main_async(n: int) -> None:
     )
 
 
-def time_now() -> Any:
-    from datetime import UTC, datetime  # noqa: PLC0415
-
+def time_now() -> datetime:
     return datetime.now(UTC)
 
 
