@@ -72,6 +72,11 @@ def test_refused_urls(url: str) -> None:
     assert url_refusal(url) is not None
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "http://[fe80::1/x", "https://[169.254.169.254]/"])
+def test_a_host_that_cannot_be_read_is_a_refusal_not_an_exception(url: str) -> None:
+    assert url_refusal(url) == "its host cannot be read"
+
+
 @pytest.mark.parametrize("url", ALLOWED)
 def test_allowed_urls(url: str) -> None:
     assert url_refusal(url) is None

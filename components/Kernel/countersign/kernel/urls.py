@@ -67,13 +67,14 @@ def _host(url: str) -> str:
     ``_RefusedError`` on anything in the way of reading it the same way every time."""
     if not url.isprintable() or re.search(r"[\s\\]", url):
         raise _RefusedError("holds whitespace, a backslash or a control character")
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in {"http", "https"}:
-        raise _RefusedError(f"scheme {parts.scheme or 'none'!r}: only http and https URLs")
-    try:
+    try:  # an unclosed "[" (IPv6) is a ValueError of urlsplit itself
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
         host = (parts.hostname or "").rstrip(".")
     except ValueError as e:
         raise _RefusedError("its host cannot be read") from e
+    if scheme not in {"http", "https"}:
+        raise _RefusedError(f"scheme {parts.scheme or 'none'!r}: only http and https URLs")
     if not host:
         raise _RefusedError("names no host")
     if "%" in host:
