@@ -3,7 +3,7 @@ registry's intents; typed entity extraction; the readiness gate's questions), wi
 model that proposes the intent (``IntentProposer``; its answers are checked, then used)."""
 
 from .core import Intake
-from .models import Contact, Explained, Need, Understanding
+from .models import Contact, Explained, Need, Refusal, Understanding
 from .proposer import IntentProposer, Proposal, ProposalError, catalogue, check_proposal
 from .revisions import change_request
 
@@ -15,6 +15,7 @@ __all__ = [
     "Need",
     "Proposal",
     "ProposalError",
+    "Refusal",
     "Understanding",
     "catalogue",
     "change_request",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Contact", "Explained", "Need", "Understanding"]
+__all__ = ["Contact", "Explained", "Need", "Refusal", "Understanding"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,20 @@ class Need:
     options: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a message becomes an answer and never a plan: it asks for something this service
+    cannot do (``kind="cannot"``: ``what`` is cancel, reschedule, delete, pay, transfer,
+    read_inbox or other) or it is addressed to the system itself (``kind="hostile"``: an
+    instruction, a prompt injection). ``message`` says so plainly and what it can do instead."""
+
+    kind: str
+    what: str
+    message: str
+    #: the words that gave it away
+    words: str = ""
+
+
 @dataclass
 class Understanding:
     """What Intake made of a message."""
@@ -49,8 +63,10 @@ class Understanding:
     can_do: list[str] = field(default_factory=list)
     #: who decided: ``deterministic``, ``model``, or the deterministic fallback and why
     source: str = "deterministic"
+    #: set when the message must be answered and never planned (then ``intent`` is None)
+    refusal: Refusal | None = None
 
     @property
     def ready(self) -> bool:
         """An intent, and nothing required missing."""
-        return self.intent is not None and not self.needs
+        return self.intent is not None and not self.needs and self.refusal is None
