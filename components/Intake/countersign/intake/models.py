@@ -33,6 +33,9 @@ class Need:
     entity: str
     question: str
     options: list[str] = field(default_factory=list)
+    #: what the text said that could not be taken as it stands (an amount in another currency
+    #: than the shop's: ``{"amount": "15", "currency": "USD"}``), shown with the question
+    heard: Any = None
 
 
 @dataclass(frozen=True)
