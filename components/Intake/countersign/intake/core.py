@@ -98,6 +98,7 @@ class Intake:
         intent: str | None = None,
         known: Mapping[str, Any] | None = None,
         proposer: IntentProposer | None = None,
+        me: Contact | None = None,
     ) -> Understanding:
         """Read one message (``intent`` and ``known`` carry what earlier turns settled). With a
         ``proposer`` (a model), its checked proposal decides the intent and seeds the entities;
