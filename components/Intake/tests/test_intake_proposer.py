@@ -134,7 +134,9 @@ def test_the_model_cannot_change_a_settled_intent(intake: Intake) -> None:
 
 
 # ---- the Policy's threshold (Policy.intake_threshold, passed in by the API) ---------------------
-BORDERLINE = "find a time with alice and bob"  # find_meeting_time, about 0.57 of the ranking
+#: find_meeting_time, its family (the meeting intents) about 0.51 of the ranking; watching a visa
+#: slot the rest (a close call between sibling intents is no doubt: Intake._confidence)
+BORDERLINE = "watch for a time"
 
 
 def test_a_higher_threshold_asks_where_the_default_plans(registry: Registry) -> None:
@@ -145,7 +147,7 @@ def test_a_higher_threshold_asks_where_the_default_plans(registry: Registry) -> 
     assert read.intent == "find_meeting_time" and 0.5 <= read.confidence < 0.6, read
     asked = strict.understand(BORDERLINE, received_at=NOW, contacts=CONTACTS)
     assert asked.intent is None and [n.entity for n in asked.needs] == ["intent"]
-    assert {"find_meeting_time", "schedule_meeting"} <= set(asked.needs[0].options)
+    assert {"find_meeting_time", "watch_visa_slots"} <= set(asked.needs[0].options)
     proposal = Proposal("find_meeting_time", {"participants": ["alice@example.com"]}, 0.55)
     by_model = _read(default, Scripted(proposal), BORDERLINE)
     assert by_model.intent == "find_meeting_time" and by_model.source == "model"

@@ -26,6 +26,7 @@ from countersign.registry import IntentSpec, Registry
 from .entities import extract
 from .models import Contact, Explained, Need, Understanding
 from .proposer import IntentProposer, ProposalError, catalogue, check_proposal
+from .refusals import refuser
 from .words import COMMON, repair_entity_words, stem, tokens
 
 __all__ = ["Contact", "Explained", "Intake", "Need", "Understanding", "tokens"]
@@ -45,7 +46,7 @@ class Intake:
     """Understands chat text against one registry (build once; ``understand`` per message)."""
 
     def __init__(
-        self, registry: Registry, *, threshold: float = 0.5, min_score: float = 1.0
+        self, registry: Registry, *, threshold: float = 0.5, min_score: float = 1.3
     ) -> None:
         """``threshold``: the Policy's ``intake_threshold`` (0..1) — an intent understood with
         less confidence than this, by the ranking or by a model, is asked about, not planned."""
@@ -61,11 +62,12 @@ class Intake:
         docs = []
         for name in self.names:
             spec = registry.intents[name]
-            # the name and title say what the intent is: they count three times
-            head = f"{name.replace('_', ' ')} {spec.title} "
-            text = " ".join([head * 3, spec.description, *spec.examples])
+            # what people say (the examples) ranks; the name and title say what the intent is
+            # (the description talks of steps and gates, words people do not use)
+            text = " ".join([name.replace("_", " "), spec.title, *spec.examples])
             docs.append([stem(t) for t in tokens(text)])
         self.vocabulary = sorted({t for d in docs for t in d})
+        self._family = {n: registry.intents[n].steps[0].uses for n in self.names}
         self.bm25 = BM25Okapi(docs)
         #: what a proposer may know of the registry (names, titles, entities; nothing else)
         self.catalogue = catalogue(registry)
@@ -104,6 +106,10 @@ class Intake:
         ``proposer`` (a model), its checked proposal decides the intent and seeds the entities;
         an invalid answer is asked again once, then the deterministic path answers."""
         ranked = self.rank(text)
+        refusal = refuser().check(text, [self.registry.intents[n].title for n in self.names])
+        if refusal is not None and (intent is None or refusal.kind == "hostile"):
+            titles = [self.registry.intents[n].title for n in self.names]
+            return Understanding(None, 0.0, ranked, {}, [], [], titles, refusal=refusal)
         decided = self._decide(text, ranked, intent, known or {}, received_at, tz, proposer)
         if isinstance(decided, Understanding):
             return decided
@@ -139,9 +145,7 @@ class Intake:
         """Which intent: the model's checked proposal if there is one (it never changes an
         intent an earlier turn settled), else the one settled, else the ranking's. An
         ``Understanding`` when it must ask (or nothing fits) instead."""
-        top = ranked[0][1] if ranked else 0.0
-        total = sum(max(s, 0.0) for _, s in ranked) or 1.0
-        confidence = max(top, 0.0) / total
+        confidence = self._confidence(ranked)
         source = "deterministic"
         if proposer is not None:
             proposal, why = self._propose(proposer, text, known, received_at, tz)
@@ -160,6 +164,16 @@ class Intake:
         if intent is not None:
             return _Decided(intent, confidence, source, {})
         return self._by_rank(ranked, confidence, source)
+
+    def _confidence(self, ranked: list[tuple[str, float]]) -> float:
+        """The top intent's family's share of the scores: intents whose first step uses the
+        same connector (find / schedule a meeting; book / watch a visa slot) are siblings, and a
+        close call between siblings is no doubt about what the person wants done."""
+        if not ranked:
+            return 0.0
+        total = sum(max(s, 0.0) for _, s in ranked) or 1.0
+        family = self._family[ranked[0][0]]
+        return sum(max(s, 0.0) for n, s in ranked if self._family[n] == family) / total
 
     def _by_rank(
         self, ranked: list[tuple[str, float]], confidence: float, source: str

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +107,7 @@ def _ratio(a: int, b: int) -> float:
     return round(a / b, 3) if b else 0.0
 
 
-def score(
-    intake: Intake, rows: Sequence[Mapping[str, Any]], contacts: Sequence[Contact]
-) -> Report:
+def score(intake: Intake, rows: Sequence[Mapping[str, Any]], contacts: Sequence[Contact]) -> Report:
     """Read each row's text once, as the first message of a conversation, and score it."""
     report = Report()
     for row in rows:
@@ -119,9 +118,7 @@ def score(
             contacts=contacts,
             me=ME,
         )
-        required = (
-            [e.name for e in intake.registry.intents[u.intent].required] if u.intent else []
-        )
+        required = [e.name for e in intake.registry.intents[u.intent].required] if u.intent else []
         _score_row(report, row, u, contacts, required)
     return report
 
@@ -226,15 +223,8 @@ def _same(name: str, want: Any, got: Any, need: Any, contacts: Sequence[Contact]
         return _same_people(want, got, contacts)
     if name == "max_price":
         return _same_price(want, got, need)
-    if name in {"consulates", "consulate"}:
-        return _same_places(want, got)
-    if name == "title":
-        return isinstance(got, str) and _plain_title(got) == _plain_title(want)
-    if name == "query":
-        return isinstance(got, str) and _content(got) == _content(want)
-    if name in {"window_start", "window_end", "date_from", "date_to"}:
-        return isinstance(got, str) and _instant(got) == _instant(want)
-    return bool(got == want)
+    compare = _COMPARE.get(name)
+    return compare(want, got) if compare else bool(got == want)
 
 
 def _same_people(want: list[str], got: Any, contacts: Sequence[Contact]) -> bool:
@@ -266,8 +256,8 @@ def _decimal(value: Any) -> Decimal | None:
 
 def _same_places(want: Any, got: Any) -> bool:
     try:
-        from .places import describe
-    except ImportError:  # the places reader is not there yet
+        describe = import_module(f"{__package__}.places").describe
+    except (ImportError, AttributeError):  # no places reader yet
         return False
     wants = want if isinstance(want, list) else [want]
     gots = got if isinstance(got, list) else [got]
@@ -291,3 +281,27 @@ def _instant(text: str) -> datetime | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _same_text(want: Any, got: Any) -> bool:
+    return isinstance(got, str) and _plain_title(got) == _plain_title(want)
+
+
+def _same_query(want: Any, got: Any) -> bool:
+    return isinstance(got, str) and _content(got) == _content(want)
+
+
+def _same_instant(want: Any, got: Any) -> bool:
+    return isinstance(got, str) and _instant(got) == _instant(want)
+
+
+_COMPARE = {
+    "consulates": _same_places,
+    "consulate": _same_places,
+    "title": _same_text,
+    "query": _same_query,
+    "window_start": _same_instant,
+    "window_end": _same_instant,
+    "date_from": _same_instant,
+    "date_to": _same_instant,
+}

@@ -78,6 +78,8 @@ STOP = {
     "is", "are", "was", "be", "it", "its", "this", "that", "what", "who", "how", "can", "you",
     "your", "do", "does", "some", "any", "or", "by", "from", "as", "so", "if", "then", "when",
     "one", "we", "us", "our", "let", "lets", "let's", "want", "would", "like", "need",
+    # small talk: no intent in it
+    "thanks", "thank", "thx", "hi", "hello", "hey", "joke",
 }  # fmt: skip
 
 
