@@ -121,7 +121,7 @@ class Intake:
                 entities[name] = value
                 explained.append(Explained(name, value, "proposed by the model"))
         local = received_at.astimezone(ZoneInfo(tz))
-        needs = _read_entities(spec, text, local, contacts, entities, explained)
+        needs = _read_entities(spec, text, local, contacts, entities, explained, me)
         if intent is not None:  # an earlier turn settled the intent and asked
             _take_reply(spec, text, entities, explained, needs)
         for ent in spec.required:
@@ -232,6 +232,7 @@ def _read_entities(
     contacts: Sequence[Contact],
     entities: dict[str, Any],
     explained: list[Explained],
+    me: Contact | None = None,
 ) -> list[Need]:
     """Each declared entity not yet known, read from ``text`` into ``entities`` and
     ``explained``; the questions an ambiguous reading raised."""
@@ -244,7 +245,7 @@ def _read_entities(
         source_text = (
             fixed if ent.type in {"datetime", "integer"} or ent.name == "consulate" else text
         )
-        got = extract(ent.name, ent.type, source_text, local, contacts)
+        got = extract(ent.name, ent.type, source_text, local, contacts, me)
         if isinstance(got, Need):
             needs.append(got)
         elif got is not None:

@@ -16,6 +16,8 @@ from typing import Any
 from countersign.kernel import ascii_digits, format_utc
 
 from .models import Contact, Need
+from .people import EMAIL, people
+from .titles import title
 from .when import PARTS, window
 from .words import MONTHS, NUMBERS, STOP, WEEKDAYS, number
 
@@ -24,21 +26,27 @@ __all__ = ["Got", "extract"]
 #: a value and the words that gave it, a question to ask, or nothing found
 Got = tuple[Any, str] | Need | None
 
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 #: verbs of buying, misspellings of "purchase" included
 _BUY = r"(?:buy|order|get|purchase|purchse|purchace|purhcase)"
 _NUMBER = "([0-9]+|" + "|".join(NUMBERS) + ")"
 
 
-def extract(name: str, kind: str, text: str, local: datetime, contacts: Sequence[Contact]) -> Got:
+def extract(
+    name: str,
+    kind: str,
+    text: str,
+    local: datetime,
+    contacts: Sequence[Contact],
+    me: Contact | None = None,
+) -> Got:
     """The entity ``name`` of type ``kind`` in ``text`` (``local``: ``received_at`` in the
-    caller's zone, for windows of time)."""
+    caller's zone, for windows of time; ``me``: the person asking, an attendee)."""
     if kind == "datetime":
         return _moment(name, text, local)
     if kind == "email":
         return _notify(text) if name.startswith("notify") else None
     if (kind, name) == ("list", "participants"):
-        return _people(text, contacts)
+        return people(text, contacts, me)
     reader = _READERS.get((kind, name))
     return reader(text) if reader else None
 
@@ -54,36 +62,14 @@ def _moment(name: str, text: str, local: datetime) -> Got:
 
 
 def _notify(text: str) -> Got:
-    m = re.search(r"\b(?:to|at)\s+(" + _EMAIL.pattern + ")", text)
+    """Where a receipt or confirmation goes: the address after "to" / "at" / "me:", or after
+    "mail" / "email" / "send it to" ("mail anna@example.de when you find one")."""
+    m = re.search(
+        r"\b(?:to|at|me:|e-?mail|mail|send\s+it\s+to|notify|cc)\s*:?\s+(" + EMAIL.pattern + ")",
+        text,
+        re.I,
+    )
     return (m.group(1), m.group(0)) if m else None
-
-
-def _people(text: str, contacts: Sequence[Contact]) -> Got:
-    """E-mail addresses, and contacts by first name (or full name to tell two apart); a first
-    name two contacts share asks which one."""
-    emails = list(dict.fromkeys(_EMAIL.findall(text)))
-    words = [f"{e}" for e in emails]
-    low = text.lower()
-    by_first: dict[str, list[Contact]] = {}
-    for c in contacts:
-        by_first.setdefault(c.name.split()[0].lower(), []).append(c)
-    for first, matches in by_first.items():
-        if not re.search(rf"\b{re.escape(first)}\b", low):
-            continue
-        full = [c for c in matches if c.name.lower() in low]
-        chosen = full or matches
-        if len(chosen) > 1:
-            return Need(
-                "participants",
-                f"Which {first.title()} do you mean: "
-                + " or ".join(f"{c.name} <{c.email}>" for c in chosen)
-                + "?",
-                options=[c.email for c in chosen],
-            )
-        if chosen[0].email not in emails:
-            emails.append(chosen[0].email)
-            words.append(chosen[0].name.split()[0] if not full else chosen[0].name)
-    return (emails, ", ".join(words)) if emails else None
 
 
 def _duration(text: str) -> Got:
@@ -163,21 +149,6 @@ def _amount(text: str) -> Got:
     return (f"{value:.2f}", m.group(0).strip())
 
 
-def _title(text: str) -> Got:
-    """A title in quotes, or after "called", "titled", "named" or "about"."""
-    m = re.search(r"[\"“']([^\"”']{2,80})[\"”']", text)
-    if m:
-        return (m.group(1).strip(), m.group(0))
-    m = re.search(
-        r"\b(?:called|titled|named|about)\s+(.{2,60}?)(?:[.,;]|\s+(?:with|on|at|next|tomorrow|for)\b|$)",
-        text,
-        re.I,
-    )
-    if m:
-        return (m.group(1).strip(), m.group(0))
-    return None
-
-
 def _query(text: str) -> Got:
     """What to buy, as written: the words after the verb, up to a price or a conjunction."""
     m = re.search(
@@ -246,7 +217,7 @@ _READERS: dict[tuple[str, str], Callable[[str], Got]] = {
     ("integer", "max_lifetime_s"): _lifetime,
     ("integer", "quantity"): _quantity,
     ("string", "max_price"): _amount,
-    ("string", "title"): _title,
+    ("string", "title"): title,
     ("string", "query"): _query,
     ("string", "consulate"): _consulate,
     ("boolean", "hold"): _hold,

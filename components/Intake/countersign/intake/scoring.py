@@ -29,7 +29,7 @@ __all__ = ["ME", "Report", "contact_book", "load_rows", "score"]
 ME = Contact("Robin Asker", "robin@example.com")
 #: people of the book the sentences never name (a first name may collide with a named one)
 _OTHERS = (
-    "Marta Kowalska", "Henrik Larsen", "Yuki Tanaka", "Olu Adeyemi", "Grace Hopper",
+    "Marta Kowalska", "Henrik Larsen", "Yuki Tanaka", "Ola Adeyemi", "Grace Hopper",
     "Ines Duarte", "Tomás Ruiz", "Fatima Zahra", "Lena Vogel", "Pierre Martin",
 )  # fmt: skip
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
