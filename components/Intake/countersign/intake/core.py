@@ -163,7 +163,17 @@ class Intake:
                 return _Decided(p_intent, p_conf, "model", p_entities)
         if intent is not None:
             return _Decided(intent, confidence, source, {})
+        named = self._named(text)
+        if named is not None:  # the answer to "which did you mean", or the intent named outright
+            return _Decided(named, 1.0, source, {})
         return self._by_rank(ranked, confidence, source)
+
+    def _named(self, text: str) -> str | None:
+        """The one intent whose title or name the text says ("Find a meeting time and book
+        it", "schedule_meeting"): how a person answers "Which did you mean"."""
+        low = text.lower()
+        said = [n for n in self.names if n in low or self.registry.intents[n].title.lower() in low]
+        return said[0] if len(said) == 1 else None
 
     def _confidence(self, ranked: list[tuple[str, float]]) -> float:
         """The top intent's family's share of the scores: intents whose first step uses the
@@ -188,10 +198,11 @@ class Intake:
             )  # fmt: skip
         if confidence < self.threshold:
             close = [n for n, s in ranked[:3] if s >= top * 0.6]
+            titles = [self.registry.intents[n].title for n in close]
             question = (
-                "Which did you mean: "
-                + "; ".join(self.registry.intents[n].title for n in close)
-                + "?"
+                f"Did you mean: {titles[0]}?"
+                if len(titles) == 1
+                else "Which did you mean: " + "; ".join(titles) + "?"
             )
             return Understanding(
                 None, confidence, ranked, {}, [], [Need("intent", question, options=close)]
