@@ -26,7 +26,7 @@ from countersign.registry import IntentSpec, Registry
 from .entities import extract
 from .models import Contact, Explained, Need, Understanding
 from .proposer import IntentProposer, ProposalError, catalogue, check_proposal
-from .refusals import refuser
+from .refusals import LEAD, refuser
 from .words import COMMON, repair_entity_words, stem, tokens
 
 __all__ = ["Contact", "Explained", "Intake", "Need", "Understanding", "tokens"]
@@ -68,6 +68,8 @@ class Intake:
             docs.append([stem(t) for t in tokens(text)])
         self.vocabulary = sorted({t for d in docs for t in d})
         self._family = {n: registry.intents[n].steps[0].uses for n in self.names}
+        #: the words each intent's examples lead with ("find", "schedule", "watch")
+        self._leads = {n: {_lead(e) for e in registry.intents[n].examples} for n in self.names}
         self.bm25 = BM25Okapi(docs)
         #: what a proposer may know of the registry (names, titles, entities; nothing else)
         self.catalogue = catalogue(registry)
@@ -166,7 +168,17 @@ class Intake:
         named = self._named(text)
         if named is not None:  # the answer to "which did you mean", or the intent named outright
             return _Decided(named, 1.0, source, {})
-        return self._by_rank(ranked, confidence, source)
+        return self._by_rank(text, ranked, confidence, source)
+
+    def _sibling(self, text: str, ranked: list[tuple[str, float]]) -> str:
+        """The ranking's best intent, unless the message leads with a verb that only one of
+        its siblings' examples lead with ("schedule an hour with …" is scheduling even where
+        the words after it rank finding first)."""
+        best = ranked[0][0]
+        lead = _lead(text)
+        siblings = [n for n, _ in ranked if self._family[n] == self._family[best]]
+        led = [n for n in siblings if lead in self._leads[n]]
+        return led[0] if len(led) == 1 else best
 
     def _named(self, text: str) -> str | None:
         """The one intent whose title or name the text says ("Find a meeting time and book
@@ -186,7 +198,7 @@ class Intake:
         return sum(max(s, 0.0) for n, s in ranked if self._family[n] == family) / total
 
     def _by_rank(
-        self, ranked: list[tuple[str, float]], confidence: float, source: str
+        self, text: str, ranked: list[tuple[str, float]], confidence: float, source: str
     ) -> _Decided | Understanding:
         """The ranking's best intent; below ``min_score`` what the registry can do, below the
         threshold a question naming the close candidates."""
@@ -207,7 +219,7 @@ class Intake:
             return Understanding(
                 None, confidence, ranked, {}, [], [Need("intent", question, options=close)]
             )
-        return _Decided(ranked[0][0], confidence, source, {})
+        return _Decided(self._sibling(text, ranked), confidence, source, {})
 
     def _propose(
         self,
@@ -282,3 +294,9 @@ def _take_reply(
     if 0 < len(answer) <= 200 and not any(n.entity == missing[0].name for n in needs):
         entities[missing[0].name] = answer
         explained.append(Explained(missing[0].name, answer, answer))
+
+
+def _lead(text: str) -> str:
+    """The first word of a message after politeness ("please", "can you"), stemmed."""
+    words = tokens(LEAD.sub("", text.lower().strip()))
+    return stem(words[0]) if words else ""

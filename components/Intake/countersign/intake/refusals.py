@@ -21,10 +21,10 @@ from countersign.kernel import loads_yaml_strict
 
 from .models import Refusal
 
-__all__ = ["Refuser", "refuser"]
+__all__ = ["LEAD", "Refuser", "refuser"]
 
 #: politeness and framing before a clause's verb ("please", "can you", "I need to", "hey,")
-_LEAD = re.compile(
+LEAD = re.compile(
     r"^(?:\s*(?:hey|hi|hello|ok|okay|so|please|pls|plz|kindly|just|also|and|then|now|"
     r"can you|could you|would you|will you|can u|could u|pls|i need you to|i want you to|"
     r"i'd like you to|i would like you to|i need to|i want to|i'd like to|i would like to|"
@@ -75,7 +75,7 @@ class Refuser:
         """The first entry the message matches (hostile ones first), as the answer to give;
         ``can_do``: titles of what this service can do, named in a cannot-do answer."""
         low = text.lower()
-        clauses = [_LEAD.sub("", c.strip()) for c in _CLAUSES.split(low)]
+        clauses = [LEAD.sub("", c.strip()) for c in _CLAUSES.split(low)]
         for e in self.entries:
             words = _matched(e, low, clauses)
             if words is None:

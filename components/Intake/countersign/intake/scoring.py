@@ -77,6 +77,10 @@ class Report:
     asked_for_missing: int = 0
     unnecessary_questions: int = 0
     fully_right: int = 0
+    #: an intent other than the labelled one (or any intent for cannot-do/hostile text) ...
+    wrong_intents: int = 0
+    #: ... against a question about which intent was meant (the calibration: wrong < asked)
+    asked_intent: int = 0
     misses: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -100,6 +104,8 @@ class Report:
             "asked_instead_of_guessed": f"{self.asked_for_missing}/{self.missing_required}",
             "unnecessary_questions_per_10": _ratio(10 * self.unnecessary_questions, self.rows),
             "fully_right": f"{self.fully_right}/{self.rows}",
+            "wrong_intents": self.wrong_intents,
+            "asked_which_intent": self.asked_intent,
         }
 
 
@@ -156,6 +162,8 @@ def _score_row(
         if not right:
             miss["intent"] = {"want": want, "got": u.intent, "refusal": _refusal(u)}
     report.intent_right += right
+    report.wrong_intents += u.intent is not None and u.intent != want
+    report.asked_intent += any(n.entity == "intent" for n in u.needs)
     report.per_class_right[klass] += right
     if want is None:
         report.family_right += right
