@@ -19,6 +19,15 @@ from .errors import ConversationNotFoundError
 
 __all__ = ["Conversation", "ConversationStore"]
 
+#: the turns since the last reply that ended a request — a plan (``plan_id``) or a refusal: what
+#: came before it is never read again with later messages (a hostile text stays answered)
+_SINCE_LAST_ANSWER = text(
+    "SELECT role, text, reply -> 'explained' AS explained FROM conversation_turns "
+    "WHERE conversation_id = :c AND seq > coalesce((SELECT max(seq) FROM conversation_turns "
+    "WHERE conversation_id = :c AND role = 'assistant' AND (jsonb_typeof(reply -> 'refusal') "
+    "= 'object' OR reply ->> 'plan_id' IS NOT NULL)), 0) ORDER BY seq"
+)
+
 
 @dataclass
 class Conversation:
@@ -29,7 +38,11 @@ class Conversation:
     intent: str | None = None
     entities: dict[str, Any] = field(default_factory=dict)
     plan_id: str | None = None
+    #: the person's messages since the conversation's last plan or refusal (read together
+    #: while no intent is settled)
     person_texts: list[str] = field(default_factory=list)
+    #: the words each entity settled since then came from (the replies' ``explained``)
+    words: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,21 +72,17 @@ class ConversationStore:
             ).first()
             if row is None:
                 raise ConversationNotFoundError(f"no conversation {conversation_id[:40]!r}")
-            texts = c.execute(
-                text(
-                    "SELECT text FROM conversation_turns WHERE conversation_id = :c "
-                    "AND role = 'person' ORDER BY seq"
-                ),
-                {"c": row.conversation_id},
-            ).scalars()
-            return Conversation(
-                row.conversation_id,
-                user_id,
-                row.intent,
-                dict(row.entities or {}),
-                row.plan_id,
-                list(texts),
-            )
+            turns = c.execute(_SINCE_LAST_ANSWER, {"c": row.conversation_id}).all()
+        conv = Conversation(
+            row.conversation_id, user_id, row.intent, dict(row.entities or {}), row.plan_id
+        )
+        for t in turns:
+            if t.role == "person":
+                conv.person_texts.append(t.text)
+            for e in t.explained if isinstance(t.explained, list) else []:
+                if isinstance(e, dict) and isinstance(e.get("words"), str):
+                    conv.words[str(e.get("entity"))] = e["words"]
+        return conv
 
     def record(
         self,

@@ -1,5 +1,6 @@
 """Prometheus metrics of one app (its own registry): request latency by method, route template
-and status; preview / execute latency inside the API; refusals by error code."""
+and status; preview / execute latency inside the API; refusals by error code; chat messages
+answered with a refusal by kind and what."""
 
 from __future__ import annotations
 
@@ -36,6 +37,17 @@ class Metrics:
             ["code"],
             registry=self.registry,
         )
+
+        self.chat_refusals = Counter(
+            "countersign_chat_refusals_total",
+            "chat messages answered with a refusal (never a plan), by kind and what",
+            ["kind", "what"],
+            registry=self.registry,
+        )
+
+    def chat_refusal(self, kind: str, what: str) -> None:
+        """A chat message answered with a refusal (``cannot`` / ``hostile``, and what)."""
+        self.chat_refusals.labels(kind, what).inc()
 
     def engine(self, action: str, seconds: float) -> None:
         """An engine's time inside a request (``preview``, ``execute``)."""

@@ -55,6 +55,12 @@ _STATUSES = {"created", "updated", "skipped", "error", "ok", "failed", "cancelle
 #: the candidates fetched per tier (the 2 KB cap holds ~20 items; ranking needs a margin)
 _PER_TIER = 32
 _HISTORY_ROWS = 100
+#: the contacts chat text is read against, newest first (a person's own address book)
+_CONTACTS = 500
+_CONTACT_ROWS = text(
+    "SELECT name, email FROM contacts WHERE user_id = :u AND email IS NOT NULL "
+    "ORDER BY created_at DESC, contact_id DESC LIMIT :n"
+)
 
 
 class ExemplarSource(Protocol):
@@ -281,6 +287,14 @@ class MemoryStore:
                 contacts.append(cid)
                 self._insert_contact(c, user_id, cid, k, now)
         return {"facts": facts, "contacts": contacts}
+
+    def contacts(self, user_id: str, *, limit: int = _CONTACTS) -> list[tuple[str, str]]:
+        """``(name, e-mail)`` of the person's contacts that have an e-mail, newest first, at most
+        ``limit`` (chat text may name them; Api SPEC, chat text). One statement on the
+        ``contacts_user`` index, per message."""
+        with self.db.tx() as c:
+            rows = c.execute(_CONTACT_ROWS, {"u": user_id, "n": limit}).all()
+        return [(str(r.name), str(r.email)) for r in rows]
 
     @staticmethod
     def _insert_fact(c: Connection, user_id: str, fid: str, f: FactIn, now: datetime) -> None:

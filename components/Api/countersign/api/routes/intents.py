@@ -27,12 +27,18 @@ router = APIRouter(route_class=StrictJsonRoute)
 async def post_intent(body: IntentRequest, who: Caller, svc: Svc, metrics: Telemetry) -> Response:
     """Plan a structured intent (``{"intent": {...}}``), sign and store it, and preview it
     (read-only); or understand chat text (``{"text": ..., "conversation_id"?}``): a plan when
-    the text says enough, else the questions still open, or what this service can do."""
+    the text says enough, else the questions still open, what this service can do, or a
+    refusal (an answer, never a plan); each with what was understood (``understood``)."""
     if body.text is not None:
         if body.intent is not None:
             raise TextNotSupportedError("send either text or a structured intent, not both")
         status, reply = await svc.chat.converse(
-            body.text, who.user_id, body.conversation_id, body.tz, observe=metrics.engine
+            body.text,
+            who.user_id,
+            body.conversation_id,
+            body.tz,
+            observe=metrics.engine,
+            refused=metrics.chat_refusal,
         )
         return json_response(reply, status=status)
     if body.intent is None:

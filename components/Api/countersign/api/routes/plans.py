@@ -48,9 +48,10 @@ async def revise(
     plan_id: str, body: ReviseRequest, who: Caller, svc: Svc, metrics: Telemetry
 ) -> Response:
     """A revision: the plan's intent with these entities changed, planned, signed and
-    previewed as a new plan that names the one it revises. Executing the revision (for a
-    watcher: starting it) cancels the plan it revises."""
-    out = await svc.planning.revise(plan_id, body.entities, who.user_id, observe=metrics.engine)
+    previewed as a new plan that names the one it revises, with what it now understands
+    (``understood``, the changed entities marked). Executing the revision (for a watcher:
+    starting it) cancels the plan it revises."""
+    out = await svc.chat.revise(plan_id, body.entities, who.user_id, observe=metrics.engine)
     return json_response(out.body, status=201 if out.planned else 200)
 
 

@@ -58,7 +58,7 @@ function shown(value) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
-function card(doc, preview, changes) {
+function card(doc, preview, changes, understood) {
   const plan = doc.plan;
   const box = el("section", { class: "card", "aria-label": `plan ${plan.plan_id}`, "data-plan": plan.plan_id });
   box.append(
@@ -70,6 +70,7 @@ function card(doc, preview, changes) {
         title: "every gate decision, signed; check it offline with: countersign receipts verify FILE" },
         "Download approval receipts")),
   );
+  if (understood && understood.length) box.append(understoodList(understood, plan.plan_id));
   const dag = el("div", { class: "dag", "aria-label": "steps, in the order they can run" });
   for (const row of levels(plan.graph)) {
     dag.append(el("div", { class: "level" }, ...row.map((s) =>
@@ -471,6 +472,101 @@ function evidenceList(doc, evidence) {
   return box;
 }
 
+function showPlan(reply) {
+  // a plan (or a revision of one) as a card, with what was understood
+  const lead = reply.revises
+    ? `This revises ${reply.revises.plan_id} (changed: ${reply.revises.changed.join(", ")}); starting it stops the earlier one. Nothing is written until you approve.`
+    : "Here is what I would do. Nothing is written until you approve.";
+  say("assistant", lead, card(reply, reply.preview, null, reply.understood));
+}
+
+function questions(needs, understood) {
+  // each question names what is missing and why; what was heard but not taken, and what WAS
+  // understood, are shown with it (the server words both: understood.py)
+  const out = needs.map((n) => el("p", { class: "ask" }, n.ask || n.question,
+    n.heard_shown ? el("span", { class: "meta heard" }, ` (I heard: ${n.heard_shown})`) : ""));
+  if (understood && understood.length) {
+    out.push(el("p", { class: "meta" }, "What I understood so far:"),
+      el("ul", { class: "understood", "aria-label": "what I understood so far" },
+        ...understood.map((u) => el("li", { "data-entity": u.entity }, u.line))));
+  }
+  return out;
+}
+
+function editedValue(u, input) {
+  // the edit field's text as the value the plan takes (the registry type the server names)
+  const raw = input.type === "checkbox" ? input.checked : input.value.trim();
+  if (u.type === "boolean") return Boolean(raw);
+  if (u.type === "integer") { const n = Number.parseInt(raw, 10); if (Number.isNaN(n)) throw new Error("give a whole number"); return n; }
+  if (u.type === "number") { const n = Number(raw); if (Number.isNaN(n)) throw new Error("give a number"); return n; }
+  if (u.type === "datetime") {
+    const at = new Date(raw);  // the person's local time, as the field shows it
+    if (Number.isNaN(at.getTime())) throw new Error("give a date and time");
+    return at.toISOString().replace(/\.\d{3}Z$/, "Z");
+  }
+  if (u.type === "list") return raw.split(",").map((x) => x.trim()).filter(Boolean);
+  if (u.value && typeof u.value === "object" && "amount" in u.value) return { ...u.value, amount: raw };
+  if (u.value && typeof u.value === "object") { try { return JSON.parse(raw); } catch (e) { return raw; } }
+  return raw;
+}
+
+function editField(u, id, noteId) {
+  const attrs = { id, "aria-describedby": noteId };
+  if (u.type === "boolean") return el("input", Object.assign(attrs, { type: "checkbox" }, u.edit ? { checked: "" } : {}));
+  const type = { integer: "number", number: "number", datetime: "datetime-local", email: "email" }[u.type] || "text";
+  return el("input", Object.assign(attrs, { type, value: u.edit == null ? "" : String(u.edit) }));
+}
+
+function understoodList(items, planId) {
+  // what was understood, each with the words it came from; "Change" edits one, and the change
+  // makes a NEW plan (POST /v1/plans/{id}/revise — a revision to approve again), said before it happens
+  const box = el("section", { class: "understood", "aria-label": "what I understood" }, el("h3", {}, "What I understood"));
+  const ul = el("ul", { class: "understood" });
+  for (const u of items) {
+    const li = el("li", { "data-entity": u.entity }, el("span", { class: "line" }, u.line), " ");
+    const change = el("button", { type: "button", class: "change", "aria-label": `Change ${u.label}` }, "Change");
+    change.addEventListener("click", () => openEdit(li, u, planId, change));
+    li.append(change);
+    ul.append(li);
+  }
+  box.append(ul);
+  return box;
+}
+
+function openEdit(li, u, planId, change) {
+  if (li.querySelector("form")) return;
+  const id = `edit-${planId}-${u.entity}`;
+  const noteId = `${id}-note`;
+  const input = editField(u, id, noteId);
+  const status = el("span", { class: "meta", role: "status" });
+  const close = () => { form.remove(); change.disabled = false; change.focus(); };
+  const form = el("form", { class: "edit", "aria-label": `change ${u.label}` },
+    el("p", { class: "meta note", id: noteId }, "Changing this makes a new plan; you will approve again."),
+    el("label", { for: id }, `${u.label}${u.entity.endsWith("_min") ? " (minutes)" : ""}${u.entity.endsWith("_s") ? " (seconds)" : ""}${u.type === "list" ? " (separated by commas)" : ""} `), input, " ",
+    el("button", { type: "submit" }, "Make a new plan"), " ",
+    el("button", { type: "button", class: "keep", onclick: close }, "Keep it"), " ", status);
+  form.addEventListener("keydown", (ev) => { if (ev.key === "Escape") { ev.preventDefault(); close(); } });
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    let value;
+    try { value = editedValue(u, input); } catch (e) { status.textContent = e.message; input.focus(); return; }
+    for (const b of form.querySelectorAll("button")) b.disabled = true;
+    try {
+      const reply = await api("POST", `/v1/plans/${planId}/revise`, { entities: { [u.entity]: value } });
+      close();
+      if (reply.plan) showPlan(reply);
+      else if (reply.needs) say("assistant", ...questions(reply.needs, reply.understood));
+    } catch (e) {
+      status.textContent = `not changed: ${e.message}`;
+      for (const b of form.querySelectorAll("button")) b.disabled = false;
+    }
+    loadPlans();
+  });
+  change.disabled = true;
+  li.append(form);
+  input.focus();
+}
+
 function zone() {
   try { return Intl.DateTimeFormat().resolvedOptions().timeZone || undefined; } catch (e) { return undefined; }
 }
@@ -482,15 +578,15 @@ async function send(text) {
     const revising = !conversation && lastConversation && /^\s*(please\s+)?(change|instead|make\s+it|move\s+it|switch)\b/i.test(text);
     const reply = await api("POST", "/v1/intents", { text, conversation_id: revising ? lastConversation : conversation, tz: zone() });
     conversation = reply.conversation_id || conversation;
-    if (reply.plan) {
-      const lead = reply.revises
-        ? `This revises ${reply.revises.plan_id} (changed: ${reply.revises.changed.join(", ")}); starting it stops the earlier one. Nothing is written until you approve.`
-        : "Here is what I would do. Nothing is written until you approve.";
-      say("assistant", lead, card(reply, reply.preview));
+    if (reply.refusal) {
+      // an answer, never a plan: said plainly (not as an error); the conversation keeps nothing of it
+      say("assistant", el("p", { class: "answer" }, reply.refusal.message));
+    } else if (reply.plan) {
+      showPlan(reply);
       lastConversation = conversation;
       conversation = null;
     } else if (reply.needs) {
-      say("assistant", reply.needs.map((n) => n.question).join(" "));
+      say("assistant", ...questions(reply.needs, reply.understood));
     } else if (reply.can_do) {
       say("assistant", `I can: ${reply.can_do.join("; ")}.`);
     }
