@@ -23,6 +23,7 @@ No I/O, no clock; the readings of a line are memoized.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -91,7 +92,7 @@ _CUE = (
 )
 _LEFT = re.compile(
     rf"(?:(?<![\w'])(?P<for>for\s+)?(?P<each>(?:each|per\s+(?:item|piece|unit))\s+)?"
-    rf"(?P<cue>{_CUE})\s*|(?<![\w'])(?P<weak>for)\s+)?(?P<mark>{_MARK})?\s?"
+    rf"(?P<cue>{_CUE})\s*|(?<![\w'])(?P<weak>for|at|@)\s*)?(?P<mark>{_MARK})?\s?"
     rf"(?:\d+(?:[.,]\d+)?\s?(?:{_MARK})?\s?(?:-|–|to|and)\s?(?:{_MARK})?)?\s?$",
     re.I,
 )
@@ -110,6 +111,7 @@ _FREE_AFTER = frozenset(
     ["and", "or", "please", "pls", "thanks", "thank", "including", "incl", "but", "if", "so"]
 )
 _NEXT_WORD = re.compile(r"\s*([^\W\d_][\w'-]*)")
+_NEXT_TOKEN = re.compile(r"\s*[^\s,.;:!?]+")
 _BARE_AMOUNT = re.compile(r"\s*(\d+(?:[.,](\d{1,2}))?)\s*[.!]?\s*$")
 
 # ---- counts, measures and the object of the verb --------------------------------------------------
@@ -128,12 +130,16 @@ _ME = r"(?:\s+(?:me|us|myself|for\s+me|for\s+us)(?![\w']))?"
 _VERB = re.compile(
     rf"(?:(?<![\w'])(?:{_VERBS}|spend\b[^,.;!?]*?\bon)|'d\s+like)(?![\w']){_ME}", re.I
 )
+#: what a misspelt verb of buying is close to, and the words to compare with them
+_VERB_WORDS = ["buy", "order", "purchase"]
+_WORD = re.compile(r"[^\W\d_]{3,}")
 #: a message that asks for something else before any verb of buying ("cancel my order",
 #: "send $50 to …", "what's the weather"): it names no thing to buy and no count
 _ELSEWHERE = re.compile(
     r"(?:cancel|call\s+off|move|push|postpone|reschedule|shift|delete|remove|wipe|clear"
     r"|transfer|send|wire|pay|read|forward|summari[sz]e|book|schedule|set\s+up|arrange|decline"
-    r"|return|refund|apply|surprise|remind|what|when|where|why|how|who|which)(?![\w'])",
+    r"|return|refund|apply|surprise|remind|(?:what|how)(?!\s+about)|when|where|why|who|which)"
+    r"(?!\w)",
     re.I,
 )
 #: "want to buy", "wanna by", "need to order": the verb after the first one
@@ -178,7 +184,7 @@ _END = re.compile(
     r"|budget|limit|price|priced|costing)\b"
     r"|\b(?:send|mail|e-?mail|ship|deliver)\s+(?:it|them|the|a|me|to)\b"
     r"|\b(?:nothing|not)\s+(?:over|above|more)\b|\b(?:don'?t|do\s+not|dont)\s+(?:spend|pay)\b"
-    r"|\bor\s+(?:less|under|cheaper)\b|\bcheaper\s+th[ae]n\b",
+    r"|\bor\s+(?:less|under|cheaper)\b|\bcheaper\s+th[ae]n\b|\bfor\s+(?:me|us|myself)\b",
     re.I,
 )
 #: words before the thing itself: a count, an article, "2 of those", "a pair of", "new", "cheap"
@@ -188,6 +194,7 @@ _LEAD = re.compile(
       | \d+(?!\s*[x×]\s*\d)(?=\s+(?!{_UNITS}\b)[^\d\s])
       | a\s+couple(?:\s+of)? | a\s+(?:few|lot|bunch|number)\s+of | a\s+few | several | some
       | any | another | more | an? | the | those | these | just | only
+      | un | une | una | uno | ein | eine | einen
       | of\s+(?:those|these|the|them) | (?:pairs?|packs?|packets?|pieces?)\s+of(?!\s*\d)
       | (?:pcs|units)\s+of | pcs | units
       | brand[\s-]new | new | cheap(?:er|est)? | good | nice | decent | affordable | inexpensive
@@ -196,7 +203,9 @@ _LEAD = re.compile(
     re.I | re.X,
 )
 #: a size written on its own after the thing: "a french press, 1 litre, …", "webcam, 1080p"
-_SPEC = re.compile(rf"\s*\d+(?:[.,]\d+)?\s*(?:{_UNITS}|p|k|K)\s*", re.I)
+_SPEC = re.compile(
+    rf"\s*(?:\d+(?:[.,]\d+)?\s*(?:{_UNITS}|p|k|sheets|pages)|[a-c]\d{{1,2}})\s*", re.I
+)
 _QUOTE = re.compile(r"(?<![\w])['‘’\"“”]|['‘’\"“”](?![\w])")
 _POSSESSIVE = re.compile(r"\b(?:my|our|your|his|her|their)\s+", re.I)
 #: "for" and a bare plural or gerund at the end is a use, not a part ("webcam for video calls")
@@ -268,6 +277,8 @@ def budget(text: str, currency: str = "EUR", *, asked: bool = False) -> Got:
     shop = currency.upper()
     found: tuple[_Line, _Money] | None = None
     for line in _lines(text):
+        if line.start < 0:  # "transfer 200 euros to …" is no budget
+            continue
         best = max(line.money, key=lambda m: m.score, default=None)
         found = (line, best) if best is not None else found
     if found is None:
@@ -435,11 +446,20 @@ def _object_start(norm: str) -> int:
         return -1
     m = _VERB.search(norm)
     if m is None:
-        return begin
+        return _misspelt_verb(norm, begin)
     end = m.end()
     while (chained := _CHAIN.match(norm, end)) is not None:
         end = chained.end()
     return end
+
+
+def _misspelt_verb(norm: str, begin: int) -> int:
+    """After a misspelt verb of buying in the first two words ("ordr a kettle", "i buyy"),
+    else ``begin`` (``difflib``, cutoff 0.8)."""
+    for word in list(_WORD.finditer(norm, begin))[:2]:
+        if difflib.get_close_matches(word.group(0).lower(), _VERB_WORDS, n=1, cutoff=0.8):
+            return word.end()
+    return begin
 
 
 def _blank(line: _Line) -> str:
@@ -470,7 +490,7 @@ def _count(line: _Line) -> Got:
     else:
         singles = {"couple": 2, "pair": 2 if bare else 1, "dozen": 12 if bare else 1, "one": 1}
         value = singles[kind]
-    following = _NEXT_WORD.match(plain, m.end())
+    following = _NEXT_TOKEN.match(plain, m.end())
     end = following.end() if following is not None and kind != "num" else m.end()
     return (value, line.words(m.start(kind), end)) if value > 0 else None
 
@@ -483,7 +503,7 @@ def _thing(line: _Line) -> Got:
     for _ in range(3 if start >= 0 else 0):
         start, end, stop, after = _clause(line, start)
         if not _vague(line.norm[start:end]):
-            return _tidy(line, start, end, _specs(line, end, stop))
+            return _tidy(line, start, end, _specs(line, after, stop))
         if stop not in {":", "-", "–", "—"}:
             return None
         start = after
@@ -513,16 +533,17 @@ def _clause(line: _Line, start: int) -> tuple[int, int, str, int]:
     return lead, end, "", end
 
 
-def _specs(line: _Line, end: int, stop: str) -> list[tuple[int, int]]:
-    """The sizes written as clauses of their own right after the thing ("…, 1 litre, …")."""
+def _specs(line: _Line, after: int, stop: str) -> list[tuple[int, int]]:
+    """The sizes written as clauses of their own right after the thing ("…, 1 litre, …",
+    "— A4, 500 sheets —"); ``after``: where the text goes on past ``stop``."""
     specs: list[tuple[int, int]] = []
     while stop in {",", "-", "–", "—"}:
-        nxt = _END.search(line.norm, end + 1)
+        nxt = _END.search(line.norm, after)
         until = nxt.start() if nxt else len(line.norm)
-        if not _SPEC.fullmatch(line.norm, end + 1, until):
+        if not _SPEC.fullmatch(line.norm, after, until):
             break
-        specs.append((end + 1, until))
-        end, stop = until, (nxt.group(0).strip() if nxt else "")
+        specs.append((after, until))
+        after, stop = (nxt.end(), nxt.group(0).strip()) if nxt else (until, "")
     return specs
 
 
