@@ -365,6 +365,10 @@ def test_a_bare_answer_is_a_count(answer: str, count: int) -> None:
         ("buy a 20 x 30 cm frame max 15€", "20 x 30 cm frame"),
         ("buy toner", "toner"),
         ("a usb hub", "usb hub"),
+        ("I'd like to have a desk lamp", "desk lamp"),
+        ("book about python, max 20 euros", "book about python"),
+        ("wire cutters", "wire cutters"),
+        ("clear tape, 2 rolls", "clear tape"),
     ],
 )
 def test_the_thing_to_buy(text: str, thing: str) -> None:
@@ -397,6 +401,8 @@ def test_the_words_are_those_written() -> None:
         "thanks!",
         "send the receipt to me@example.com",
         "cancel my order from yesterday",
+        "I want to move my 10:00 with carol",
+        "book me a flight to Lisbon",
         "send a gift to my sister in Lyon for her birthday",
         "",
     ],

@@ -133,17 +133,20 @@ _VERB = re.compile(
 #: what a misspelt verb of buying is close to, and the words to compare with them
 _VERB_WORDS = ["buy", "order", "purchase"]
 _WORD = re.compile(r"[^\W\d_]{3,}")
-#: a message that asks for something else before any verb of buying ("cancel my order",
-#: "send $50 to …", "what's the weather"): it names no thing to buy and no count
+#: a message that asks for something else ("cancel my order", "send $50 to …", "what's the
+#: weather", "I want to move …"): it names no thing to buy and no count. Verbs that are also
+#: things ("book", "clear", "wire", "push") count only before "my", "the", a name, an amount …
 _ELSEWHERE = re.compile(
-    r"(?:cancel|call\s+off|move|push|postpone|reschedule|shift|delete|remove|wipe|clear"
-    r"|transfer|send|wire|pay|read|forward|summari[sz]e|book|schedule|set\s+up|arrange|decline"
-    r"|return|refund|apply|surprise|remind|(?:what|how)(?!\s+about)|when|where|why|who|which)"
-    r"(?!\w)",
+    r"(?:cancel|call\s+off|postpone|reschedule|delete|wipe|refund|decline|summari[sz]e|remind"
+    r"|(?:what|how)(?!\s+about)|when|where|why|who|which)(?!\w)"
+    r"|(?:book|clear|wire|transfer|push|move|shift|return|read|send|pay|forward|remove|apply"
+    r"|set\s+up|arrange|schedule|surprise)\s+(?:(?:my|the|all|a|an|me|it|this|that|those|these"
+    r"|our|his|her|for|off|to)\b|[$€£¥₹\d]|(?-i:[A-Z]))"
+    r"|to\s",
     re.I,
 )
-#: "want to buy", "wanna by", "need to order": the verb after the first one
-_CHAIN = re.compile(rf"\s+(?:to\s+)?(?:{_VERBS}|by)(?![\w']){_ME}", re.I)
+#: "want to buy", "wanna by", "need to order", "like to have": the verb after the first one
+_CHAIN = re.compile(rf"\s+(?:to\s+)?(?:{_VERBS}|by|have)(?![\w']){_ME}", re.I)
 #: greetings and requests before an object given without a verb ("hi, 2 litres of paint")
 _OPENING = re.compile(
     r"(?:\s*(?:hi|hello|hey|ok|okay|so|also|and|just|only|please|pls|plz|maybe|make\s+it"
@@ -450,7 +453,7 @@ def _object_start(norm: str) -> int:
     end = m.end()
     while (chained := _CHAIN.match(norm, end)) is not None:
         end = chained.end()
-    return end
+    return -1 if _ELSEWHERE.match(norm, end + 1) else end
 
 
 def _misspelt_verb(norm: str, begin: int) -> int:
