@@ -169,6 +169,11 @@ def test_a_country_said_once_applies_to_each_place(
         ("the consulate in Rio", "rio-de-janeiro"),
         ("at the Consulate General of India in San Francisco", "india-in-san-francisco"),
         ("watch the embassy in the Hague", "the-hague"),
+        ("London's US embassy", "united-states-in-london"),
+        ("Embajada de México en Madrid", "mexico-in-madrid"),
+        ("consulado geral do Brasil em Lisboa", "brazil-in-lisbon"),
+        ("New Zealand High Commission in London", "new-zealand-in-london"),
+        ("the embassy of the United States in Mexico City", "united-states-in-mexico-city"),
         # a country right after its own city says where the city is, not whose mission it is
         ("watch the consulate in Lisbon, Portugal", "lisbon"),
         ("the US embassy in Paris, France", "united-states-in-paris"),
@@ -274,6 +279,7 @@ def test_watching_two_consulates_asks_which() -> None:
         ("watch the Italian consulate in Chicago or Houston\nChicago", "italy-in-chicago"),
         ("watch the Italian consulate in Chicago or Houston\nthe Houston one", "italy-in-houston"),
         ("watch the consulate in Chicago\nthe Italian one", "italy-in-chicago"),
+        ("watch the Italian consulate in Chicago\nactually Houston", "italy-in-houston"),
     ],
 )
 def test_bare_follow_up_answers(text: str, cid: str) -> None:

@@ -86,6 +86,8 @@ def _tokens(text: str) -> list[_Tok]:
         raw = m.group(0)
         if raw == "." and out and out[-1].key in _ABBREVIATIONS:
             continue  # "St. Petersburg" is one name
+        if raw in "sS" and m.start() and clean[m.start() - 1] in "'’":
+            continue  # "London's US embassy"
         key = _fold(raw) if raw[0].isalnum() else raw
         out.append(_Tok(key, raw, m.start(), m.end()))
     return out
@@ -269,7 +271,8 @@ _JOINERS = _set(", ; / & or and ou oder und et y o e the")
 #: words a bare follow-up answer may carry besides the place ("the one in Chicago, please")
 _FILLER = _set(
     "the one ones in at please pls plz thanks thank you ok okay yes yeah sure how about what and "
-    "or either both then instead make it let's lets do go with try that's is"
+    "or either both then instead make it let's lets do go with try that's is actually rather "
+    "sorry no not but i mean meant"
 )
 #: words that are never places, though some are names of small cities ("at most", "in March")
 _NOT_PLACES = frozenset(_DATA["never_places"].split())
