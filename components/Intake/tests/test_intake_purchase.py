@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from countersign.intake import purchase
 from countersign.intake.models import Need
@@ -429,3 +431,29 @@ def test_a_vague_request_is_answered_by_the_next_message() -> None:
 def test_a_later_budget_replaces_an_earlier_one() -> None:
     talk = "buy a kettle, max 20 euros\nwhat about 30 euros?"
     assert budget(talk) == ("30.00", "about 30 euros")
+
+
+# ---- any text ------------------------------------------------------------------------------------
+_PIECES = [
+    "buy ", "a ", "2 ", "x ", "max ", "under ", "each ", "€", "$", "euros ", "CHF ", "pounds of ",
+    "twenty ", "hundred ", "for ", "to ", ", ", " — ", ": ", "\n", "kg ", "1,5 ", "9.99 ",
+    "usb hub ", "cancel ", "book ", "something ", "@", "(2m) ",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=8), max_size=14).map("".join))
+def test_any_text_gives_a_value_and_its_words_a_question_or_nothing(text: str) -> None:
+    for reader in (budget, quantity, query):
+        got = reader(text)
+        assert (
+            got is None
+            or isinstance(got, Need)
+            or (isinstance(got, tuple) and isinstance(got[1], str))
+        )
+    spent = budget(text)
+    if isinstance(spent, tuple):
+        assert re.fullmatch(r"\d+\.\d{2}", spent[0])
+    count = quantity(text)
+    if isinstance(count, tuple):
+        assert isinstance(count[0], int) and count[0] > 0

@@ -453,7 +453,8 @@ def _object_start(norm: str) -> int:
     end = m.end()
     while (chained := _CHAIN.match(norm, end)) is not None:
         end = chained.end()
-    return -1 if _ELSEWHERE.match(norm, end + 1) else end
+    rest = len(norm) - len(norm[end:].lstrip())
+    return -1 if _ELSEWHERE.match(norm, rest) else end
 
 
 def _misspelt_verb(norm: str, begin: int) -> int:
