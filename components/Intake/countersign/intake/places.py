@@ -14,7 +14,9 @@ A word counts as a city only where a place is said: after "in"/"at"/"on"/"for" (
 alone on a line (a bare follow-up answer, "Chicago"). Months, weekdays and time words are never
 places. A country is the mission's: the nearest one said before the city in the same sentence,
 else the nearest after it, else the only country the text names ("Portuguese consulate in Boston
-or the one in New York" gives Portugal for both).
+or the one in New York" gives Portugal for both). A conversation comes as its messages joined by
+newlines: a follow-up on the last line completes ("Chicago" after "the Italian consulate") or
+picks ("the Houston one") what came before.
 
 Ids are lowercase ASCII slugs, safe as one URL path segment: ``italy-in-chicago`` for both parts,
 ``lisbon`` for a city alone, ``italy`` for a country alone (a city alone whose slug is also a
@@ -257,7 +259,7 @@ _MISSIONS = _set(
     "embassies embajada embaixada ambassade ambasciata botschaft mission vfs commission centre "
     "center"
 )
-_MISSION_STEMS = ("consul", "embas", "embass", "konsul")
+_MISSION_STEMS = ("consulat", "consula", "consol", "embas", "konsul")  # and misspellings
 #: words after which a place is said ("in Chicago", "watch lisbon", "à Montréal")
 _BEFORE_PLACE = _set(
     "in at on for en em à au near watch monitor check book track try watching checking monitoring"
