@@ -123,7 +123,9 @@ class Intake:
                 entities[name] = value
                 explained.append(Explained(name, value, "proposed by the model"))
         local = received_at.astimezone(ZoneInfo(tz))
-        needs = _read_entities(spec, text, local, contacts, entities, explained, me)
+        needs = _read_entities(
+            spec, text, local, contacts, entities, explained, me, follow_up=intent is not None
+        )
         if intent is not None:  # an earlier turn settled the intent and asked
             _take_reply(spec, text, entities, explained, needs)
         for ent in spec.required:
@@ -256,11 +258,15 @@ def _read_entities(
     entities: dict[str, Any],
     explained: list[Explained],
     me: Contact | None = None,
+    *,
+    follow_up: bool = False,
 ) -> list[Need]:
     """Each declared entity not yet known, read from ``text`` into ``entities`` and
-    ``explained``; the questions an ambiguous reading raised."""
+    ``explained``; the questions an ambiguous reading raised. In a follow-up turn that leaves
+    one required entity to answer, the text is read as its answer (a bare "30" is the budget)."""
     needs: list[Need] = []
     fixed = repair_entity_words(text)
+    missing = [e.name for e in spec.required if e.name not in entities]
     for ent in [*spec.required, *spec.optional]:
         if ent.name in entities:
             continue
@@ -268,7 +274,10 @@ def _read_entities(
         source_text = (
             fixed if ent.type in {"datetime", "integer"} or ent.name == "consulate" else text
         )
-        got = extract(ent.name, ent.type, source_text, local, contacts, me)
+        got = extract(
+            ent.name, ent.type, source_text, local, contacts, me,
+            currency=ent.currency, asked=follow_up and missing == [ent.name],
+        )  # fmt: skip
         if isinstance(got, Need):
             needs.append(got)
         elif got is not None:

@@ -17,6 +17,7 @@ from countersign.kernel import ascii_digits, format_utc
 
 from .models import Contact, Need
 from .people import EMAIL, people
+from .purchase import budget, quantity, query
 from .titles import title
 from .when import PARTS, window
 from .words import MONTHS, NUMBERS, STOP, WEEKDAYS, number
@@ -38,15 +39,22 @@ def extract(
     local: datetime,
     contacts: Sequence[Contact],
     me: Contact | None = None,
+    *,
+    currency: str | None = None,
+    asked: bool = False,
 ) -> Got:
     """The entity ``name`` of type ``kind`` in ``text`` (``local``: ``received_at`` in the
-    caller's zone, for windows of time; ``me``: the person asking, an attendee)."""
+    caller's zone, for windows of time; ``me``: the person asking, an attendee; ``currency``: an
+    amount's declared currency; ``asked``: the text answers the question for this entity, so a
+    bare number is its value)."""
     if kind == "datetime":
         return _moment(name, text, local)
     if kind == "email":
         return _notify(text) if name.startswith("notify") else None
     if (kind, name) == ("list", "participants"):
         return people(text, contacts, me)
+    if name == "max_price":
+        return budget(text, currency or "EUR", asked=asked)
     reader = _READERS.get((kind, name))
     return reader(text) if reader else None
 
@@ -130,36 +138,6 @@ def _lifetime(text: str) -> Got:
     return (number(m.group(1)) * _UNIT_S[m.group(2).rstrip("s")], m.group(0)) if m else None
 
 
-def _quantity(text: str) -> Got:
-    m = re.search(rf"\b{_BUY}\s+" + _NUMBER + r"\b", text.lower())
-    return (number(m.group(1)), m.group(0)) if m else None
-
-
-def _amount(text: str) -> Got:
-    """A price limit as a decimal string: "under 15 euros", "for €7.50" → "15.00", "7.50"."""
-    m = re.search(
-        r"\b(?:under|below|max(?:imum)?|up to|at most|less than|for)\s*(?:€|eur\s*|\$)?\s*"
-        r"([0-9]+(?:[.,][0-9]{1,2})?)\s*(?:€|euros?|eur|dollars?|usd)?",
-        text,
-        re.I,
-    )
-    if not m:
-        return None
-    value = float(m.group(1).replace(",", "."))
-    return (f"{value:.2f}", m.group(0).strip())
-
-
-def _query(text: str) -> Got:
-    """What to buy, as written: the words after the verb, up to a price or a conjunction."""
-    m = re.search(
-        rf"\b{_BUY}\s+(?:[0-9]+\s+|(?:a|an|one|two|three|four|five|some)\s+)?(.+?)"
-        r"(?:\s+(?:under|below|for|max|up to|at most|less than|and)\b|$)",
-        text,
-        re.I,
-    )
-    return (m.group(1).strip(" ."), m.group(0)) if m else None
-
-
 def _hold(text: str) -> Got:
     m = re.search(
         r"\b(?:and\s+)?(?:hold|reserve|keep)\s+(?:it|one|the\s+slot|a\s+slot)\b", text, re.I
@@ -215,10 +193,9 @@ _READERS: dict[tuple[str, str], Callable[[str], Got]] = {
     ("integer", "duration_min"): _duration,
     ("integer", "poll_interval_s"): _every,
     ("integer", "max_lifetime_s"): _lifetime,
-    ("integer", "quantity"): _quantity,
-    ("string", "max_price"): _amount,
+    ("integer", "quantity"): quantity,
     ("string", "title"): title,
-    ("string", "query"): _query,
+    ("string", "query"): query,
     ("string", "consulate"): _consulate,
     ("boolean", "hold"): _hold,
 }

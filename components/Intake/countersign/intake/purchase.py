@@ -319,7 +319,8 @@ def quantity(text: str) -> Got:
     found: Got = None
     for line in _lines(text):
         got = _count(line)
-        found = got if got is not None else found
+        if got is not None and got[0] > 0:  # "0 x …" counts nothing
+            found = got
     return found
 
 

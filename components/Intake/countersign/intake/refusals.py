@@ -52,7 +52,8 @@ def _entry(kind: str, raw: dict[str, object]) -> _Entry:
     verbs = raw.get("verb") or []
     cues = raw.get("cues") or []
     unless = raw.get("unless")
-    assert isinstance(verbs, list) and isinstance(cues, list)
+    if not isinstance(verbs, list) or not isinstance(cues, list):
+        raise TypeError(f"intake/data/refusals.yaml: {raw.get('what')}: verb and cues are lists")
     return _Entry(
         kind,
         str(raw["what"]),
@@ -105,5 +106,6 @@ def refuser() -> Refuser:
     """The shipped refusals (``data/refusals.yaml``), compiled once."""
     raw = resources.files(__package__).joinpath("data/refusals.yaml").read_bytes()
     document = loads_yaml_strict(raw, what="intake/data/refusals.yaml")
-    assert isinstance(document, dict)
+    if not isinstance(document, dict):
+        raise TypeError("intake/data/refusals.yaml: a mapping of hostile and cannot")
     return Refuser(document)

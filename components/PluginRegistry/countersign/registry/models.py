@@ -288,6 +288,9 @@ class EntitySpec(Contract):
     type: Literal["string", "integer", "number", "boolean", "datetime", "email", "list"]
     question: str
     default: JsonValue = None
+    #: an amount's currency (ISO 4217), for an amount entity: Intake reads an amount written in
+    #: another currency as a question, never converting it (Intake SPEC, "Amounts")
+    currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$")
 
 
 class StepTemplate(Contract):
