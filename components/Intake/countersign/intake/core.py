@@ -23,7 +23,7 @@ from rank_bm25 import BM25Okapi
 from countersign.kernel import InputError
 from countersign.registry import IntentSpec, Registry
 
-from .entities import extract
+from .entities import extract, warm
 from .models import Contact, Explained, Need, Understanding
 from .proposer import IntentProposer, ProposalError, catalogue, check_proposal
 from .refusals import LEAD, refuser
@@ -71,6 +71,7 @@ class Intake:
         #: the words each intent's examples lead with ("find", "schedule", "watch")
         self._leads = {n: {_lead(e) for e in registry.intents[n].examples} for n in self.names}
         self.bm25 = BM25Okapi(docs)
+        warm()  # the place index, once per process, at build time rather than mid-message
         #: what a proposer may know of the registry (names, titles, entities; nothing else)
         self.catalogue = catalogue(registry)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 from countersign.kernel import ascii_digits, format_utc
@@ -19,8 +21,8 @@ from .models import Contact, Need
 from .people import EMAIL, people
 from .purchase import budget, quantity, query
 from .titles import title
-from .when import PARTS, window
-from .words import MONTHS, NUMBERS, STOP, WEEKDAYS, number
+from .when import window
+from .words import NUMBERS, number
 
 __all__ = ["Got", "extract"]
 
@@ -139,51 +141,56 @@ def _lifetime(text: str) -> Got:
 
 
 def _hold(text: str) -> Got:
+    """Whether to hold a slot found: "hold it", "and hold any slot", a bare "hold" → True;
+    "don't hold anything", "no need to hold" → False; "hold on" / "on hold" are neither."""
+    low = text.lower()
+    m = re.search(r"\b(?:don'?t|do not|no need to|never|without)\s+(?:hold|reserve)\w*\b", low)
+    if m:
+        return (False, m.group(0))
     m = re.search(
-        r"\b(?:and\s+)?(?:hold|reserve|keep)\s+(?:it|one|the\s+slot|a\s+slot)\b", text, re.I
+        r"(?<!\bon )\b(?:hold|reserve)\b(?!\s+on\b)(?:\s+(?:it|one|them|any \w+|a \w+))?", low
     )
     return (True, m.group(0)) if m else None
 
 
-#: words after "in" / "at" that name no place ("in two weeks", "at least", "in the morning")
-_NOT_PLACES = (
-    STOP
-    | set(MONTHS)
-    | set(WEEKDAYS)
-    | set(NUMBERS)
-    | set(PARTS)
-    | {"least", "most", "all", "once", "time", "times", "next", "this", "last", "days", "weeks"}
-    | {"hours", "minutes", "day", "week", "month", "months", "year", "noon", "night", "latest"}
-)
-_PLACE = r"(?:the\s+)?([a-z][a-z-]*)"
+def _places() -> ModuleType:
+    """``places`` (countries and cities, indexed once per process: about a second), imported
+    when a consulate is first read or when an Intake is built (``warm``), not on import."""
+    return import_module(f"{__package__}.places")
 
 
-def _places(text: str) -> list[tuple[str, str]]:
-    """Consulate cities named in ``text``, in order, each with the words that named it: "the
-    Lisbon consulate", "in porto", "at Madrid or Rome" (case-insensitive; months, numbers and
-    time words after "in" / "at" are not places)."""
-    found: list[tuple[int, str, str]] = []
-    for m in re.finditer(rf"\b{_PLACE}\s+consulates?\b", text, re.I):
-        found.append((m.start(), m.group(1).lower(), m.group(0)))
-    for m in re.finditer(rf"\b(?:in|at)\s+{_PLACE}(?:\s+or\s+{_PLACE})?", text, re.I):
-        found.append((m.start(1), m.group(1).lower(), m.group(0)))
-        if m.group(2):
-            found.append((m.start(2), m.group(2).lower(), m.group(0)))
-    places: list[tuple[str, str]] = []
-    for _, city, words in sorted(found):
-        if city not in _NOT_PLACES and city not in {p for p, _ in places}:
-            places.append((city, words))
-    return places
+def warm() -> None:
+    """Load what reading places needs now, so the first visa message does not pay for it."""
+    _places()
 
 
 def _consulate(text: str) -> Got:
-    places = _places(text)
-    return places[0] if places else None
+    got: Got = _places().consulate(text)
+    return _with_city(got)
 
 
 def _consulates(text: str) -> Got:
-    places = _places(text)
-    return ([p for p, _ in places], " or ".join(p for p, _ in places)) if places else None
+    got: Got = _places().consulates(text)
+    if isinstance(got, tuple):
+        for cid in got[0]:
+            if _places().describe(cid)[1] is None:
+                return _city_question("consulates", cid)
+    return got
+
+
+def _with_city(got: Got) -> Got:
+    """A consulate named by its country alone asks which city's (the country × city is the
+    consulate)."""
+    if isinstance(got, tuple) and _places().describe(got[0])[1] is None:
+        return _city_question("consulate", got[0])
+    return got
+
+
+def _city_question(entity: str, cid: str) -> Need:
+    country = _places().describe(cid)[0]
+    return Need(
+        entity, f"Which city's {country} consulate do you mean?", heard={"country": country}
+    )
 
 
 #: the reader of each (type, name) the registry declares, besides date-times, e-mail addresses

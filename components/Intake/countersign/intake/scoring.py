@@ -199,7 +199,7 @@ def _score_entities(
         if not good:
             ok = False
             miss.setdefault("entities", {})[name] = {"want": want, "got": _shown(got, name, asked)}
-        if same_intent and name in asked and not (name == "max_price" and asked[name].heard):
+        if same_intent and name in asked and not asked[name].heard:
             report.unnecessary_questions += 1
     if not same_intent:
         return False
@@ -231,6 +231,8 @@ def _same(name: str, want: Any, got: Any, need: Any, contacts: Sequence[Contact]
         return _same_people(want, got, contacts)
     if name == "max_price":
         return _same_price(want, got, need)
+    if name in {"consulate", "consulates"} and need is not None:
+        return _asked_city(want, need)
     compare = _COMPARE.get(name)
     return compare(want, got) if compare else bool(got == want)
 
@@ -253,6 +255,14 @@ def _same_price(want: Mapping[str, Any], got: Any, need: Any) -> bool:
         and heard.get("currency") == currency
         and _decimal(heard.get("amount")) == _decimal(want["amount"])
     )
+
+
+def _asked_city(want: Any, need: Any) -> bool:
+    """A consulate said by its country alone, asked for its city: right when the label has no
+    city either (the sentence did not say it) and the country heard is the labelled one."""
+    wants = want if isinstance(want, list) else [want]
+    heard = getattr(need, "heard", None) or {}
+    return any(w["city"] is None and w["country"] == heard.get("country") for w in wants)
 
 
 def _decimal(value: Any) -> Decimal | None:
