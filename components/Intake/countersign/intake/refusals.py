@@ -12,6 +12,7 @@ matches. Pure: text in, a ``Refusal`` or None out.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -75,7 +76,7 @@ class Refuser:
     def check(self, text: str, can_do: Sequence[str] = ()) -> Refusal | None:
         """The first entry the message matches (hostile ones first), as the answer to give;
         ``can_do``: titles of what this service can do, named in a cannot-do answer."""
-        low = text.lower()
+        low = _plain(text)
         clauses = [LEAD.sub("", c.strip()) for c in _CLAUSES.split(low)]
         for e in self.entries:
             words = _matched(e, low, clauses)
@@ -99,6 +100,14 @@ def _matched(e: _Entry, low: str, clauses: Sequence[str]) -> str | None:
             if m := e.verbs.search(clause):
                 return m.group(0)
     return None
+
+
+def _plain(text: str) -> str:
+    """``text`` as its letters read: NFKC (full-width and compatibility forms folded), format
+    characters (zero-width joiners, soft hyphens, direction marks) dropped, lower case — so
+    "ｉｇｎｏｒｅ" and "ig\u200bnore" are "ignore"."""
+    folded = unicodedata.normalize("NFKC", text)
+    return "".join(c for c in folded if unicodedata.category(c) != "Cf").lower()
 
 
 @cache
