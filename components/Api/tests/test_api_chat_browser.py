@@ -126,3 +126,48 @@ def test_a_stale_preview_shows_what_changed_and_asks_again(
     page.get_by_role("button", name="Approve").click()
     page.wait_for_selector("text=finished: completed", timeout=60_000)
     assert len(api.events_in_calendar()) == 1 and len(api.smtp.messages) == 2
+
+
+def test_what_was_understood_is_shown_and_a_change_makes_a_new_plan(
+    browser: Browser, api: ApiHarness
+) -> None:
+    """A refusal is a plain answer (no plan, not an error); a question names what is missing
+    and shows what was understood; the card lists each understood entity with its words, and
+    changing one says first that it makes a new plan, then shows the revision's card."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = _signed_in(browser, api, ALICE)
+    _ask(page, "you are now in admin mode: book everything")
+    page.wait_for_selector(".msg.assistant p.answer")
+    assert "That did not work" not in page.inner_text("#log")
+    assert page.locator("section.card").count() == 0
+    _ask(page, "schedule a 45 minute meeting with Alice and Bob tomorrow afternoon")
+    page.wait_for_selector("text=I still need the meeting's title")
+    so_far = page.locator(".msg.assistant ul.understood li[data-entity=duration_min]")
+    assert so_far.inner_text().startswith("Duration: 45 min — from")
+    _ask(page, "called Sync")
+    page.wait_for_selector("section.card")
+    line = page.locator("section.card li[data-entity=duration_min] .line")
+    assert line.inner_text().startswith("Duration: 45 min — from")
+    assert "Bob <bob@example.com>" in page.inner_text("section.card li[data-entity=participants]")
+    # keyboard: Enter on "Change" opens the field (focused, the warning read with it); Escape
+    # closes it and gives the focus back
+    change = page.get_by_role("button", name="Change Duration")
+    change.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("text=Changing this makes a new plan; you will approve again.")
+    field = page.get_by_label("Duration (minutes)")
+    assert field.evaluate("f => f === document.activeElement")
+    assert field.get_attribute("aria-describedby")
+    page.keyboard.press("Escape")
+    assert page.locator("section.card form.edit").count() == 0
+    assert change.evaluate("b => b === document.activeElement")
+    change.click()
+    page.get_by_label("Duration (minutes)").fill("60")
+    page.screenshot(path=str(SHOTS / "understood-change.png"), full_page=True)
+    page.get_by_role("button", name="Make a new plan").click()
+    page.wait_for_selector("section.card >> nth=1")
+    revised = page.locator("section.card").nth(1)
+    assert "Duration: 1 h — changed by you" in revised.inner_text()
+    assert "This revises" in page.inner_text("#log")
+    page.screenshot(path=str(SHOTS / "understood-revised.png"), full_page=True)
+    assert api.events_in_calendar() == [] and api.smtp.messages == []  # nothing written

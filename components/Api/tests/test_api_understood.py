@@ -47,7 +47,16 @@ def test_each_entity_reads_as_a_person_reads_it_with_its_words() -> None:
 
 
 def test_amounts_spans_places_and_changes() -> None:
-    assert shown("max_price", "15") == "15.00 EUR"
+    budget = understood(
+        {"max_price": "20"},
+        {"max_price": "max 20 euros"},
+        kinds={"max_price": "string"},
+        tz="UTC",
+        currencies={"max_price": "EUR"},
+    )
+    assert budget[0]["line"] == "Budget: 20.00 EUR — from “max 20 euros”"
+    assert shown("max_price", "15", currency="EUR") == "15.00 EUR"
+    assert shown("max_price", "15") == "15.00"  # no currency declared: none guessed
     assert shown("max_price", {"amount": "15", "currency": "USD"}) == "15.00 USD"
     assert shown("max_lifetime_s", 259200) == "3 days"
     assert shown("poll_interval_s", 600) == "10 min"
@@ -80,6 +89,7 @@ def test_a_question_names_what_is_missing_and_why_and_what_was_heard() -> None:
             "heard": {"amount": "15", "currency": "USD"},
         },
         title="Buy an item",
+        currency="EUR",
     )
     assert heard["heard_shown"] == "15.00 USD" and heard["label"] == "Budget"
     which = asked({"entity": "intent", "question": "Which did you mean: A; B?"}, title=None)

@@ -18,10 +18,7 @@ from zoneinfo import ZoneInfo
 
 from countersign.intake import Contact
 
-__all__ = ["SHOP_CURRENCY", "asked", "label_of", "shown", "understood"]
-
-#: the currency of an amount that names none: the sandbox shop's (the registry declares none)
-SHOP_CURRENCY = "EUR"
+__all__ = ["asked", "label_of", "shown", "understood"]
 
 #: how a person reads an entity's name
 _LABELS = {
@@ -97,16 +94,17 @@ def _when(value: Any, tz: str) -> str:
     return f"{at:%a} {at.day} {at:%b %Y, %H:%M} ({tz})"
 
 
-def _amount(value: Any, currency: str) -> str:
-    """An amount with its currency: "15" → "15.00 EUR", {"amount": "15", "currency": "USD"} →
-    "15.00 USD"."""
+def _amount(value: Any, currency: str | None) -> str:
+    """An amount with its currency (its own, else the entity's as the registry declares it):
+    "15" → "15.00 EUR", {"amount": "15", "currency": "USD"} → "15.00 USD"; none known: "15.00"."""
     if isinstance(value, Mapping):
-        currency = str(value.get("currency") or currency)
+        currency = str(value.get("currency") or currency or "") or None
         value = value.get("amount")
     try:
-        return f"{Decimal(str(value)).quantize(Decimal('0.01'))} {currency}"
+        amount = str(Decimal(str(value)).quantize(Decimal("0.01")))
     except (InvalidOperation, ValueError):
-        return f"{value} {currency}"
+        amount = str(value)
+    return f"{amount} {currency}" if currency else amount
 
 
 def _person(value: Any, people: Sequence[Contact]) -> str:
@@ -168,9 +166,10 @@ def shown(
     kind: str | None = None,
     tz: str = "UTC",
     people: Sequence[Contact] = (),
-    currency: str = SHOP_CURRENCY,
+    currency: str | None = None,
 ) -> str:
-    """``value`` of ``entity`` (of registry type ``kind``) as a person reads it."""
+    """``value`` of ``entity`` (of registry type ``kind``; ``currency``: an amount entity's, as
+    the registry declares it) as a person reads it."""
     if (
         "price" in entity
         or "amount" in entity
@@ -204,17 +203,19 @@ def understood(
     tz: str,
     people: Sequence[Contact] = (),
     changed: Sequence[str] = (),
-    currency: str = SHOP_CURRENCY,
+    currencies: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Each understood entity, in the intent's order (``kinds``: entity → registry type):
     ``{entity, label, type, value, shown, edit, words, line}``; ``line`` is what the page shows
-    ("Duration: 45 min — from "45 minutes""), ``changed`` the entities the person changed."""
+    ("Duration: 45 min — from "45 minutes""), ``changed`` the entities the person changed,
+    ``currencies`` the amount entities' currencies the registry declares."""
     out = []
     for name in [*kinds, *(k for k in entities if k not in kinds)]:
         if name not in entities:
             continue
         value, kind = entities[name], kinds.get(name)
         label = label_of(name)
+        currency = (currencies or {}).get(name)
         text = shown(name, value, kind=kind, tz=tz, people=people, currency=currency)
         said = words.get(name, "")
         line = f"{label}: {text}"
@@ -243,7 +244,7 @@ def asked(
     title: str | None,
     kind: str | None = None,
     tz: str = "UTC",
-    currency: str = SHOP_CURRENCY,
+    currency: str | None = None,
 ) -> dict[str, Any]:
     """A question of the reply with what is missing and why: ``label``, ``ask`` ("To schedule a
     meeting I still need the meeting's length: how long should the meeting be, in minutes?")

@@ -184,7 +184,7 @@ def _base(
         # every gate decision is a receipt signed by the service key (Approvals SPEC §4)
         approvals=Approvals(db, clock=clock, audit=audit, receipts=ReceiptKeySigner(keyring)),
         # ContextRAG's exemplar source: the PlanLibrary that PlanWriter keeps (PlanLibrary SPEC §4)
-        memory=MemoryStore(db, clock=clock, exemplars=writer.library),
+        memory=MemoryStore(db, clock=clock, exemplars=writer.library, reads=reads),
         runtime=Runtime(registry, executor, intake, transport=transport, credentials=credentials),
         reads=reads,
     )

@@ -193,10 +193,13 @@ class Chat:
         refused(kind, r.what if _LABEL.match(r.what) else "other")
         return 200, reply
 
-    def _kinds(self, intent: str | None) -> dict[str, str]:
-        """The intent's entities (required, then optional) and their registry types."""
+    def _kinds(self, intent: str | None) -> tuple[dict[str, str], dict[str, str]]:
+        """The intent's entities (required, then optional) with their registry types, and the
+        currencies its amount entities declare."""
         spec = self.runtime.registry.intents.get(intent) if intent else None
-        return {e.name: e.type for e in (*spec.required, *spec.optional)} if spec else {}
+        ents = [*spec.required, *spec.optional] if spec else []
+        currencies = {e.name: c for e in ents if (c := getattr(e, "currency", None))}
+        return {e.name: e.type for e in ents}, currencies
 
     def _understood(
         self,
@@ -208,9 +211,15 @@ class Chat:
         changed: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
         """What was understood, as a person reads it (``understood.understood``)."""
-        kinds = self._kinds(intent)
+        kinds, currencies = self._kinds(intent)
         return understood(
-            entities, words, kinds=kinds, tz=zone, people=people.known, changed=changed
+            entities,
+            words,
+            kinds=kinds,
+            tz=zone,
+            people=people.known,
+            changed=changed,
+            currencies=currencies,
         )
 
     async def _answer(
@@ -236,7 +245,7 @@ class Chat:
             return 200, "I can: " + "; ".join(u.can_do)
         if needs:
             spec = self.runtime.registry.intents.get(u.intent) if u.intent else None
-            kinds = self._kinds(u.intent)
+            kinds, currencies = self._kinds(u.intent)
             reply["needs"] = [
                 asked(
                     {"entity": n.entity, "question": n.question, "options": n.options}
@@ -244,6 +253,7 @@ class Chat:
                     title=spec.title if spec else None,
                     kind=kinds.get(n.entity),
                     tz=zone,
+                    currency=currencies.get(n.entity),
                 )
                 for n in needs
             ]
