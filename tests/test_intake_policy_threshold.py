@@ -25,7 +25,9 @@ from countersign.registry import Registry
 from countersign.signer import KeyRing
 from countersign.storage import Database
 
-BORDERLINE = "find a time with Alice and Bob"  # find_meeting_time at about 0.57 of the ranking
+#: find_meeting_time, its family (the meeting intents) about 0.51 of the ranking, watching a visa
+#: slot the rest (a close call between sibling intents is no doubt: Intake SPEC)
+BORDERLINE = "watch for a time"
 LOCAL = {"providers": {"calendar": "caldav", "mail": "smtp", "chat": "slack"}}
 
 
@@ -83,7 +85,7 @@ def test_a_stricter_policy_asks_where_the_default_reads_on(
         asked = _say(chat, BORDERLINE)
     assert asked["intent"] is None and [n["entity"] for n in asked["needs"]] == ["intent"], asked
     assert asked["needs"][0]["question"].startswith("Which did you mean")
-    assert {"find_meeting_time", "schedule_meeting"} <= set(asked["needs"][0]["options"])
+    assert {"find_meeting_time", "watch_visa_slots"} <= set(asked["needs"][0]["options"])
 
 
 @pytest.fixture

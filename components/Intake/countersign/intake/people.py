@@ -68,6 +68,8 @@ def _by_name(contacts: Sequence[Contact], low: str) -> list[tuple[str, list[Cont
     """Each contact name said in ``low`` (a full name before a first name; a first name the
     full names already took is not said again), with the contacts it may mean."""
     said: list[tuple[str, list[Contact]]] = []
+    words = set(re.findall(r"[\w'-]+", low))  # a name is said only if its words are
+    contacts = [c for c in contacts if c.name.split()[0].lower().strip(".,") in words]
     full = [c for c in contacts if " " in c.name and _says(low, c.name.lower())]
     for c in full:
         said.append((c.name.lower(), [c]))
