@@ -14,7 +14,7 @@ __all__ = ["title"]
 _QUOTED = re.compile(r"(?:^|[\s(:])[\"“'‘]([^\"”'’]{2,80})[\"”'’](?=[\s,.;:)!?]|$)")
 #: where a title after "called" / "about" ends: punctuation, or a word that starts another part
 _END = (
-    r"(?=\s*(?:[.;?!—(]|,|\s-\s|$)|\s+(?:with|w/|on|at|next|tomorrow|tmrw|today|this|from|"
+    r"(?=[ \t]*(?:[.;?!—(\n]|,|\s-\s|$)|\s+(?:with|w/|on|at|next|tomorrow|tmrw|today|this|from|"
     r"between|before|after|in|for\s+(?:an?|one|two|half|[0-9]+)|and\s+(?:send|mail|invite))\b)"
 )
 _NAMED = re.compile(

@@ -119,7 +119,7 @@ class Chat:
         """Read one chat message in its conversation (what earlier turns settled carries over;
         while no intent is settled, every message since the last plan or refusal is read
         together)."""
-        said = text if conv.intent else " ".join([*conv.person_texts, text])
+        said = text if conv.intent else "\n".join([*conv.person_texts, text])
         return self.runtime.intake.understand(
             said,
             received_at=self.clock(),
