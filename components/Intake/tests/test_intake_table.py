@@ -145,8 +145,8 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
         "watch_visa_slots",
         {
             "consulate": "lisbon",
-            "date_from": "2027-03-01T09:00:00.000Z",
-            "date_to": "2027-03-31T18:00:00.000Z",
+            "date_from": "2027-03-01T00:00:00.000Z",
+            "date_to": "2027-04-01T00:00:00.000Z",
         },
         set(),
     ),
@@ -165,7 +165,7 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
     (
         "book the first visa slot in lisbon or porto in march",
         "book_visa_slot",
-        {"consulates": ["lisbon", "porto"], "date_from": "2027-03-01T09:00:00.000Z"},
+        {"consulates": ["lisbon", "porto"], "date_from": "2027-03-01T00:00:00.000Z"},
         set(),
     ),
     ("what's the weather like", None, {}, set()),
@@ -479,8 +479,8 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
         "watch_visa_slots",
         {
             "consulate": "madrid",
-            "date_from": "2027-04-01T09:00:00.000Z",
-            "date_to": "2027-04-30T18:00:00.000Z",
+            "date_from": "2027-04-01T00:00:00.000Z",
+            "date_to": "2027-05-01T00:00:00.000Z",
             "poll_interval_s": 600,
         },
         set(),
@@ -491,9 +491,10 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
         {
             "consulate": "berlin",
             "date_from": "2026-11-24T10:15:00.000Z",
-            "date_to": "2026-12-08T18:00:00.000Z",
+            # "within two weeks" is when the appointment may be (received_at + 14 days), not how
+            # long to watch; a lifetime is "stop after" / "for up to" (labelled sets' README)
+            "date_to": "2026-12-08T10:15:00.000Z",
             "poll_interval_s": 3600,
-            "max_lifetime_s": 1209600,
         },
         set(),
     ),
@@ -502,8 +503,8 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
         "watch_visa_slots",
         {
             "consulate": "lisbon",
-            "date_from": "2027-01-15T09:00:00.000Z",
-            "date_to": "2027-01-15T18:00:00.000Z",
+            "date_from": "2027-01-15T00:00:00.000Z",
+            "date_to": "2027-01-16T00:00:00.000Z",
         },
         set(),
     ),
@@ -512,8 +513,8 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
         "watch_visa_slots",
         {
             "consulate": "lisbon",
-            "date_from": "2027-03-01T09:00:00.000Z",
-            "date_to": "2027-03-31T18:00:00.000Z",
+            "date_from": "2027-03-01T00:00:00.000Z",
+            "date_to": "2027-04-01T00:00:00.000Z",
         },
         set(),
     ),
@@ -522,8 +523,8 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
         "watch_visa_slots",
         {
             "consulate": "rome",
-            "date_from": "2027-05-01T09:00:00.000Z",
-            "date_to": "2027-05-31T18:00:00.000Z",
+            "date_from": "2027-05-01T00:00:00.000Z",
+            "date_to": "2027-06-01T00:00:00.000Z",
             "poll_interval_s": 86400,
             "max_lifetime_s": 1209600,
         },
@@ -535,8 +536,8 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
         "book_visa_slot",
         {
             "consulates": ["lisbon", "porto"],
-            "date_from": "2027-02-01T09:00:00.000Z",
-            "date_to": "2027-02-28T18:00:00.000Z",
+            "date_from": "2027-02-01T00:00:00.000Z",
+            "date_to": "2027-03-01T00:00:00.000Z",
         },
         set(),
     ),
@@ -545,8 +546,8 @@ ROWS: list[tuple[str, Any, dict[str, Any], set[str]]] = [
         "book_visa_slot",
         {
             "consulates": ["madrid"],
-            "date_from": "2027-05-01T09:00:00.000Z",
-            "date_to": "2027-05-31T18:00:00.000Z",
+            "date_from": "2027-05-01T00:00:00.000Z",
+            "date_to": "2027-06-01T00:00:00.000Z",
         },
         set(),
     ),
@@ -732,7 +733,7 @@ def test_a_follow_up_answers_the_one_free_text_question_with_the_whole_reply() -
 
     intake = Intake(load_registry(source_registry_dir()))
     now = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
-    known = {"date_from": "2027-03-01T09:00:00.000Z", "date_to": "2027-03-31T18:00:00.000Z"}
+    known = {"date_from": "2027-03-01T00:00:00.000Z", "date_to": "2027-04-01T00:00:00.000Z"}
     u = intake.understand("Lisbon.", received_at=now, intent="watch_visa_slots", known=known)
     assert u.entities["consulate"] == "lisbon" and u.ready  # a place, read as one (places.py)
     assert [(e.entity, e.words) for e in u.explained] == [("consulate", "Lisbon")]

@@ -15,14 +15,15 @@ from importlib import import_module
 from types import ModuleType
 from typing import Any
 
-from countersign.kernel import ascii_digits, format_utc
+from countersign.kernel import format_utc
 
+from .lengths import duration, lifetime, max_polls, poll_interval
 from .models import Contact, Need
 from .people import EMAIL, people
 from .purchase import budget, quantity, query
 from .titles import title
-from .when import window
-from .words import NUMBERS, number
+from .when import date_range, meeting_window
+from .words import NUMBERS
 
 __all__ = ["Got", "extract"]
 
@@ -62,13 +63,21 @@ def extract(
 
 
 def _moment(name: str, text: str, local: datetime) -> Got:
-    """A window's start (``window_start``, ``date_from``) or end (any other name), in UTC."""
-    found = window(text, local)
+    """A meeting window's start or end (``window_start`` / ``window_end``: ``when.meeting_window``)
+    or a visa appointment's first or last day (``date_from`` / ``date_to``: ``when.date_range``;
+    an open end, "after 10 Dec", leaves ``date_to`` to ask), in UTC."""
+    if name in {"date_from", "date_to"}:
+        dates = date_range(text, local)
+        if dates is None:
+            return None
+        (first, last), words = dates
+        value = first if name == "date_from" else last
+        return None if value is None else (format_utc(value), words)
+    found = meeting_window(text, local)
     if found is None:
         return None
     (start, end), words = found
-    value = start if name in {"window_start", "date_from"} else end
-    return (format_utc(value), words)
+    return (format_utc(start if name == "window_start" else end), words)
 
 
 def _notify(text: str) -> Got:
@@ -82,26 +91,6 @@ def _notify(text: str) -> Got:
     return (m.group(1), m.group(0)) if m else None
 
 
-def _duration(text: str) -> Got:
-    """Minutes: "half an hour", "1h15", "two hours", "1.5 h", "45 minutes"."""
-    low = text.lower()
-    m = re.search(r"\bhalf an hour\b", low)
-    if m:
-        return (30, m.group(0))
-    m = re.search(r"\b([0-9]+)\s*h(?:ours?)?\s*([0-9]+)\s*(?:m|min|minutes?)?\b", low)
-    if m:
-        return (int(m.group(1)) * 60 + int(m.group(2)), m.group(0))
-    m = re.search(r"\b(an|one|two|three|[0-9]+(?:\.5)?)\s*(?:-\s*)?(hours?|h)\b", low)
-    if m:
-        n = m.group(1)
-        hours = float(n) if ascii_digits(n[0]) else float(NUMBERS[n])
-        return (int(hours * 60), m.group(0))
-    m = re.search(r"\b" + _NUMBER + r"\s*(?:-\s*)?(?:minutes?|mins?|m)\b", low)
-    if m:
-        return (number(m.group(1)), m.group(0))
-    return None
-
-
 _UNIT_S = {
     "second": 1,
     "sec": 1,
@@ -112,32 +101,6 @@ _UNIT_S = {
     "week": 604800,
 }
 _EVERY_WORD = {"hourly": 3600, "daily": 86400, "every hour": 3600, "every day": 86400}
-
-
-def _every(text: str) -> Got:
-    """How often to check: "every 2 seconds", "every 10 minutes", "hourly", "every day"."""
-    low = text.lower()
-    m = re.search(
-        r"\bevery\s+" + _NUMBER + r"\s+(seconds?|secs?|minutes?|mins?|hours?|days?)\b", low
-    )
-    if m:
-        unit = re.sub(r"s$", "", m.group(2))
-        return (number(m.group(1)) * _UNIT_S[unit], m.group(0))
-    for words, seconds in _EVERY_WORD.items():
-        if re.search(rf"\b{words}\b", low):
-            return (seconds, words)
-    return None
-
-
-def _lifetime(text: str) -> Got:
-    """How long to keep checking, in seconds: "for up to 5 days", "within 2 weeks"."""
-    m = re.search(
-        r"\b(?:for|within)\s+(?:up\s+to\s+|at\s+most\s+)?"
-        + _NUMBER
-        + r"\s+(hours?|days?|weeks?)\b",
-        text.lower(),
-    )
-    return (number(m.group(1)) * _UNIT_S[m.group(2).rstrip("s")], m.group(0)) if m else None
 
 
 def _hold(text: str) -> Got:
@@ -197,9 +160,10 @@ def _city_question(entity: str, cid: str) -> Need:
 #: and participants (which ``extract`` reads itself)
 _READERS: dict[tuple[str, str], Callable[[str], Got]] = {
     ("list", "consulates"): _consulates,
-    ("integer", "duration_min"): _duration,
-    ("integer", "poll_interval_s"): _every,
-    ("integer", "max_lifetime_s"): _lifetime,
+    ("integer", "duration_min"): duration,
+    ("integer", "poll_interval_s"): poll_interval,
+    ("integer", "max_polls"): max_polls,
+    ("integer", "max_lifetime_s"): lifetime,
     ("integer", "quantity"): quantity,
     ("string", "title"): title,
     ("string", "query"): query,
