@@ -332,3 +332,16 @@ def test_a_zone_that_skipped_a_day() -> None:
     for text in ("tomorrow", "tomorrow at 10am for 1h", "this week", "today"):
         found = meeting_window(text, local)
         assert found is None or local <= found[0][0] < found[0][1]
+
+
+def test_a_repeated_hour_is_ordered_by_the_instant() -> None:
+    """Said at 02:30 the second time (Berlin falls back on 25 Oct 2026), "at 2:45am" the first
+    time has passed. Python orders two times of one zone by the wall clock, so the readers
+    compare and return UTC instants."""
+    local = datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=BERLIN)
+    found = meeting_window("at 2:45am for 30 min", local)
+    assert found is not None
+    (start, end), _ = found
+    assert start.tzinfo is UTC and end.tzinfo is UTC
+    assert local <= start < end
+    assert format_utc(start) == "2026-10-26T01:45:00.000Z"  # tomorrow 02:45 CET

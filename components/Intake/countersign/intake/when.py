@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from datetime import date, datetime, time, timedelta, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from itertools import pairwise
 
 from dateutil.relativedelta import relativedelta
@@ -376,25 +376,29 @@ def _span(low: str, today: date) -> Span | None:
 
 
 def _at(day: date, minutes: int, zone: tzinfo | None) -> datetime:
-    """``minutes`` after midnight on ``day`` in ``zone`` (wall-clock time: on a DST change day
-    09:00 is 09:00)."""
-    return datetime.combine(day, time(0), tzinfo=zone) + timedelta(minutes=minutes)
+    """The instant (in UTC) ``minutes`` after midnight on ``day`` in ``zone``, by the wall clock:
+    on a DST change day 09:00 is 09:00. UTC, because Python orders two times of one zone by
+    their wall clock, fold ignored: in a repeated hour 01:45 would come after 01:30 a.m. the
+    second time."""
+    return (datetime.combine(day, time(0), tzinfo=zone) + timedelta(minutes=minutes)).astimezone(
+        UTC
+    )
 
 
 def date_range(text: str, local: datetime) -> tuple[tuple[datetime, datetime | None], str] | None:
-    """The appointment dates ``text`` names, as whole days in the person's zone, end exclusive:
-    "1-15 December" = 1 Dec 00:00 to 16 Dec 00:00; a month to the next month's 1st; "before 20
-    Dec" and "this week" from ``local``; "within the next 2 weeks" = ``local`` + 14 days; "after
-    10 Dec" = 11 Dec 00:00 with no end (None). Never starts before ``local``; None when no date
-    is named or the date does not exist."""
+    """The appointment dates ``text`` names, as whole days in the person's zone (returned as UTC
+    instants), end exclusive: "1-15 December" = 1 Dec 00:00 to 16 Dec 00:00; a month to the next
+    month's 1st; "before 20 Dec" and "this week" from ``local``; "within the next 2 weeks" =
+    ``local`` + 14 days; "after 10 Dec" = 11 Dec 00:00 with no end (None). Never starts before
+    ``local``; None when no date is named or the date does not exist."""
     span = _span(english(text), local.date())
     if span is None or span.kind == "invalid":
         return None
-    zone = local.tzinfo
-    start = max(local, _at(span.first, 0, zone))
+    zone, now = local.tzinfo, local.astimezone(UTC)
+    start = max(now, _at(span.first, 0, zone))
     end: datetime | None = None
     if span.delta is not None:
-        end = local + span.delta
+        end = (local + span.delta).astimezone(UTC)
     elif span.last is not None:
         end = _at(span.last + _ONE_DAY, 0, zone)
     if end is not None and end <= start:
@@ -432,21 +436,21 @@ def _today_end(local: datetime) -> datetime:
     """ "today": until 18:00, or 22:00 when said after 18:00, or midnight after 22:00."""
     for minutes in (_DAY[1], 1320):
         end = _at(local.date(), minutes, local.tzinfo)
-        if end > local:
+        if end > local.astimezone(UTC):
             return end
     return _at(local.date() + _ONE_DAY, 0, local.tzinfo)
 
 
 def meeting_window(text: str, local: datetime) -> tuple[tuple[datetime, datetime], str] | None:
-    """The window ``text`` allows for a meeting, as aware datetimes in ``local``'s zone, and the
-    words that said it: a day 09:00-18:00 (morning 09-12, lunch 12-14, afternoon 13-18, "after
+    """The window ``text`` allows for a meeting, as aware datetimes (UTC), and the words that
+    said it: a day 09:00-18:00 (morning 09-12, lunch 12-14, afternoon 13-18, "after
     3" 15-18, "between 2 and 4" 14-16); a clock time with a length exactly that ("at half past
     two for 20 minutes"); "today" from ``local`` to 18:00 (22:00 after 18:00); "this week" to
     Friday 18:00; "next week" Monday 09:00 to Friday 18:00; "before Friday" to Thursday 18:00;
     "Thursday or Friday" from the first day's start to the last day's end. Clock times are in
     the zone the text names, on the person's day. Never starts before ``local`` nor ends before
     it starts; None when nothing is said, the date does not exist, or the time has passed."""
-    low = english(text)
+    low, now = english(text), local.astimezone(UTC)
     span = _span(low, local.date())
     hours = clock(text)
     if (span is None and hours is None) or (span is not None and span.kind in {"invalid", "after"}):
@@ -457,9 +461,9 @@ def meeting_window(text: str, local: datetime) -> tuple[tuple[datetime, datetime
     h1, h2 = _minutes(hours, length)
     if span is None:  # a time without a day: today, or tomorrow once it has passed
         key = h1 if hours is not None and hours.kind == "at" else h2
-        day = local.date() + (_ONE_DAY if _at(local.date(), key, where) <= local else timedelta())
+        day = local.date() + (_ONE_DAY if _at(local.date(), key, where) <= now else timedelta())
         span = Span(day, day, "")
-    start = max(local, _at(span.first, h1, where).astimezone(local.tzinfo))
+    start = max(now, _at(span.first, h1, where))
     end = _at(_last_day(span, local), h2, where)
     if span.kind == "today" and hours is None:
         end = _today_end(local)
@@ -467,7 +471,7 @@ def meeting_window(text: str, local: datetime) -> tuple[tuple[datetime, datetime
         return None
     said = [span.words, hours.words if hours and hours.words not in span.words else ""]
     said += [named[1] if named else "", length[1] if length else ""]
-    return (start, end.astimezone(local.tzinfo)), " ".join(w for w in said if w)
+    return (start, end), " ".join(w for w in said if w)
 
 
 #: the window reader entities.py imports (``meeting_window``; appointment dates have their own
