@@ -237,6 +237,10 @@ def _dates(text: str, local: datetime = MONDAY) -> tuple[str, str | None] | None
         ("on 3 December", ("2026-12-03 00:00", "2026-12-04 00:00")),
         ("between Christmas and New Year", ("2026-12-26 00:00", "2027-01-01 00:00")),
         ("im Dezember", ("2026-12-01 00:00", "2027-01-01 00:00")),
+        ("2026-12-10 to 2026-12-20", ("2026-12-10 00:00", "2026-12-21 00:00")),
+        ("Dec 3 or Dec 4", ("2026-12-03 00:00", "2026-12-05 00:00")),
+        ("3rd or 4th December", ("2026-12-03 00:00", "2026-12-05 00:00")),
+        ("between the 1st and the 5th of December", ("2026-12-01 00:00", "2026-12-06 00:00")),
     ],
 )
 def test_visa_dates_by_the_conventions(text: str, expected: tuple[str, str | None]) -> None:

@@ -83,6 +83,7 @@ _DATES = [
     (re.compile(rf"\b(\d{{1,2}}){_ORD}\s+(?:of\s+)?{_MON}(?:,?\s+(\d{{4}}))?"), "dm"),
     (re.compile(rf"\b{_MON}\s+(?:the\s+)?(\d{{1,2}}){_ORD}(?![\d:])(?:,?\s+(\d{{4}}))?"), "md"),
     (re.compile(r"\b(\d{1,2})\.(\d{1,2})\.(\d{4})?"), "dot"),
+    (re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b"), "iso"),
     (
         re.compile(r"\b(?:on|from|to|until|till|before|after|by|between|and)\s+(the\s+(\d{1,2})"
                    r"(?:st|nd|rd|th))\b(?!\s+(?:of\s+)?" + _MON + ")"),
@@ -102,11 +103,11 @@ def _mention(m: re.Match[str], form: str) -> _Mention:
         key = re.sub(r"\s+", " ", g[0]).replace("years", "year's").replace("year s", "year's")
         day, month = _HOLIDAYS.get(key, _HOLIDAYS["new year's eve"] if "eve" in key else (1, 1))
         return _Mention(m.start(), m.end(), day, month, None, form)
-    if form == "md":
-        g = (g[1], g[0], g[2])
+    if form in {"md", "iso"}:
+        g = (g[1], g[0], g[2]) if form == "md" else (g[2], g[1], g[0])
     if form == "nth":
         return _Mention(m.start(1), m.end(), int(g[1]), None, None, form)
-    month = int(g[1]) if form == "dot" else _MONTHS.index(str(g[1])[:3]) + 1
+    month = int(g[1]) if form in {"dot", "iso"} else _MONTHS.index(str(g[1])[:3]) + 1
     year = None if g[2] is None else int(g[2]) + (2000 if len(g[2]) == 2 else 0)
     return _Mention(m.start(), m.end(), int(g[0]), month, year, form)
 
@@ -178,14 +179,15 @@ def _pair(a: _Mention, b: _Mention, today: date, words: str, between: bool) -> S
     return Span(first, last, words)
 
 
-_JOIN = re.compile(r"\s*(-|to|and|until|till|through|thru)\s*")
-_PRE = re.compile(rf"(?:\b(between|from)\s+)?\b(\d{{1,2}}){_ORD}\s*(-|to|and|until|till)\s*$")
+_JOIN = re.compile(r"\s*(-|to|and|or|until|till|through|thru)\s*(?:the\s+)?")
+_PRE = re.compile(rf"(?:\b(between|from)\s+)?\b(\d{{1,2}}){_ORD}\s*(-|to|and|or|until|till)\s*$")
 _POST = re.compile(rf"\s*(?:-|to|until|till|through)\s*(\d{{1,2}}){_ORD}(?![\d:])")
 
 
 def _date_range(low: str, today: date) -> Span | None:
-    """ "between 1 and 15 December", "7-11 Dec", "Jan 5-20", "from the 14th to the 18th",
-    "10.12. to 20.12.", "between Christmas and New Year"."""
+    """Two dates as one span: "between 1 and 15 December", "7-11 Dec", "Jan 5-20", "from the
+    14th to the 18th", "10.12. to 20.12.", "2026-12-10 to 2026-12-20", "Dec 3 or Dec 4",
+    "between Christmas and New Year"."""
     found = _mentions(low)
     for a, b in pairwise(found):
         join = _JOIN.fullmatch(low, a.end, b.start)
