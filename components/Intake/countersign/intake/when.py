@@ -31,12 +31,10 @@ from dateutil.relativedelta import relativedelta
 
 from .lengths import Clock, clock, duration, english, zone
 
-__all__ = ["PARTS", "WORK_DAY", "date_range", "meeting_window", "window"]
+__all__ = ["Span", "date_range", "meeting_window"]
 
-#: parts of a day in hours (``lengths.clock`` reads them; entities.py names them)
-PARTS = {"morning": (9, 12), "afternoon": (13, 18), "evening": (17, 20)}
-WORK_DAY = (9, 18)
-_DAY = (WORK_DAY[0] * 60, WORK_DAY[1] * 60)
+#: the working day, in minutes after midnight
+_DAY = (540, 1080)
 _ONE_DAY = timedelta(days=1)
 
 _MON = (
@@ -473,8 +471,3 @@ def meeting_window(text: str, local: datetime) -> tuple[tuple[datetime, datetime
     said = [span.words, hours.words if hours and hours.words not in span.words else ""]
     said += [named[1] if named else "", length[1] if length else ""]
     return (start, end), " ".join(w for w in said if w)
-
-
-#: the window reader entities.py imports (``meeting_window``; appointment dates have their own
-#: conventions in ``date_range``)
-window = meeting_window
