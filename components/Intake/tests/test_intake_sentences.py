@@ -53,7 +53,11 @@ def test_dev_intents(intake: Intake) -> None:
 def test_dev_entities(intake: Intake) -> None:
     """Per-entity floors on the development set (what Intake reached, less a small margin)."""
     report = _scored(intake, "dev")
-    floors = {"participants": 0.9, "title": 0.85, "notify_to": 0.95}
-    for name, floor in floors.items():
-        got = report.entity_right[name] / report.entity_total[name]
-        assert got >= floor, (name, got, report.summary())
+    summary = report.summary()
+    assert summary["entity_accuracy"] >= 0.94, summary  # reached 0.962
+    assert summary["unnecessary_questions_per_10"] <= 0.5, summary
+    assert report.asked_for_missing == report.missing_required, summary
+    for name, total in report.entity_total.items():
+        if total >= 10:  # every type the set has ten labels of: reached ≥ 0.92 each
+            got = report.entity_right[name] / total
+            assert got >= 0.88, (name, got, summary)
