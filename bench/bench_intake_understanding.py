@@ -18,6 +18,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
@@ -30,7 +31,7 @@ from countersign.registry import load_registry
 DATA = Path(__file__).resolve().parents[1] / "components/Intake/tests/data"
 
 
-def _timings(intake: Intake, rows: list[dict], rounds: int) -> list[float]:
+def _timings(intake: Intake, rows: list[dict[str, Any]], rounds: int) -> list[float]:
     book = contact_book(rows)
     samples: list[float] = []
     for r in range(rounds + 1):

@@ -55,7 +55,8 @@ def extract(
     if kind == "email":
         return _notify(text) if name.startswith("notify") else None
     if (kind, name) == ("list", "participants"):
-        return people(text, contacts, me)
+        found: Got = people(text, contacts, me)
+        return found
     if name == "max_price":
         return budget(text, currency or "EUR", asked=asked)
     reader = _READERS.get((kind, name))

@@ -319,7 +319,7 @@ def quantity(text: str) -> Got:
     found: Got = None
     for line in _lines(text):
         got = _count(line)
-        if got is not None and got[0] > 0:  # "0 x …" counts nothing
+        if isinstance(got, tuple) and got[0] > 0:  # "0 x …" counts nothing
             found = got
     return found
 

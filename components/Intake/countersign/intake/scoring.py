@@ -189,7 +189,7 @@ def _score_entities(
     """Each labelled entity against what Intake read; extra guesses; questions asked."""
     labels: Mapping[str, Any] = row["entities"]
     asked = {n.entity: n for n in u.needs}
-    same_intent = u.intent == row["intent"]
+    same_intent = bool(u.intent == row["intent"])
     ok = same_intent
     for name, want in labels.items():
         report.entity_total[name] += 1
