@@ -123,8 +123,8 @@ def test_owner_opens_others_stay_sealed_and_are_audited(
             text("SELECT actor, status, details FROM audit_log WHERE kind = 'codec_decode_refused'")
         ).all()
     assert [(a, s, d["owners"], d["payloads"]) for a, s, d in rows] == [
-        (ALICE, "refused", [BOB], 1)
-    ]
+        (ALICE, "refused", [codec.opaque_user(BOB)], 1)
+    ]  # the audit names the owner by opaque id too
 
     # Bob reads his own, not Alice's nor her run's; an admin reads everything
     with api.client(BOB) as c:
@@ -138,7 +138,7 @@ def test_owner_opens_others_stay_sealed_and_are_audited(
     forged = dict(body["payloads"][2])
     forged["metadata"] = {
         **forged["metadata"],
-        META_USER: base64.b64encode(ALICE.encode()).decode(),
+        META_USER: base64.b64encode(codec.opaque_user(ALICE).encode()).decode(),
     }
     with api.client(ALICE) as c:
         r = c.post("/codec/decode", json={"payloads": [forged]})
@@ -148,7 +148,7 @@ def test_owner_opens_others_stay_sealed_and_are_audited(
     with api.client(ALICE) as c:
         sealed = c.post("/codec/encode", json=to_wire([_json({"signal": 1})])).json()
         meta = sealed["payloads"][0]["metadata"]
-        assert base64.b64decode(meta[META_USER]) == ALICE.encode()
+        assert base64.b64decode(meta[META_USER]) == codec.opaque_user(ALICE).encode()
         assert _decoded(c.post("/codec/decode", json=sealed).json()) == [{"signal": 1}]
         bad = c.post("/codec/decode", json={"payloads": [{"metadata": {}, "data": "!!"}]})
     assert bad.status_code == 422 and "payloads[0].data is not base64" in bad.json()["detail"]

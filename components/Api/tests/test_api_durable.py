@@ -1,5 +1,5 @@
 """The visa watcher through the HTTP API on a real Temporal dev server: intent → execute hands it
-to Temporal (findable by plan_id and user_id) → a slot appears → approve over HTTP sends the
+to Temporal (findable by plan_id and the person's opaque user_id; no address in clear) → a slot appears → approve over HTTP sends the
 workflow its update → booked once, mail sent; reject and cancel reach the running workflow too."""
 
 from __future__ import annotations
@@ -14,9 +14,18 @@ from typing import Any
 
 import httpx
 import pytest
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
 
 from countersign.api.testing import ALICE, ApiHarness, harness
-from countersign.durable import DurableActivities, connect, make_worker
+from countersign.durable import (
+    DurableActivities,
+    EncryptionCodec,
+    connect,
+    make_worker,
+    payload_codec,
+)
+from countersign.durable.codec import META_USER
 from countersign.durable.runtime import temporal_start, temporal_stop
 from countersign.durable.testing import sandbox_fixture  # noqa: F401  (fixture)
 from countersign.kernel import system_clock
@@ -59,9 +68,17 @@ def _watch(days: int = 30) -> dict[str, Any]:
     }
 
 
-def _worker(address: str, acts: DurableActivities, stop: threading.Event) -> threading.Thread:
+@pytest.fixture
+def codec(tmp_path: Path) -> EncryptionCodec:
+    """The payload key the API and the worker share (as on ``countersign up``)."""
+    return payload_codec(tmp_path / "keys")
+
+
+def _worker(
+    address: str, acts: DurableActivities, stop: threading.Event, codec: EncryptionCodec
+) -> threading.Thread:
     async def run() -> None:
-        client = await connect(address)
+        client = await connect(address, codec=codec)
         async with make_worker(client, acts):
             while not stop.is_set():
                 await asyncio.sleep(0.1)
@@ -82,6 +99,7 @@ def watching(
     api_smtp_credential: CredentialRef,
     sandbox: VisaSandbox,
     temporal: str,
+    codec: EncryptionCodec,
     request: pytest.FixtureRequest,
 ) -> Iterator[ApiHarness]:
     """The served API on n8n and a real Temporal dev server, with a durable worker (in a thread)
@@ -100,7 +118,7 @@ def watching(
         clock=system_clock,
     )
     stop = threading.Event()
-    worker = _worker(temporal, acts, stop)
+    worker = _worker(temporal, acts, stop, codec)
     try:
         with harness(
             n8n,
@@ -111,7 +129,8 @@ def watching(
             smtp_server,
             api_smtp_credential,
             settings=settings,
-            temporal_connect=lambda: connect(temporal),
+            temporal_connect=lambda: connect(temporal, codec=codec),
+            payload_codec=codec,
             reconcile_every_s=float(getattr(request, "param", 60.0)),
         ) as api:
             yield api
@@ -121,14 +140,70 @@ def watching(
 
 
 def test_visa_watcher_over_http_books_once(
-    watching: ApiHarness, sandbox: VisaSandbox, smtp_server: SmtpSink, temporal: str
+    watching: ApiHarness,
+    sandbox: VisaSandbox,
+    smtp_server: SmtpSink,
+    temporal: str,
+    codec: EncryptionCodec,
 ) -> None:
     sandbox.appear_after = 3
     smtp_server.messages.clear()
-    _run(watching, sandbox, smtp_server, temporal)
+    wid = _run(watching, sandbox, smtp_server, temporal, codec)
+    _no_address_in_clear(temporal, wid, codec)
 
 
-def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -> None:
+def _no_address_in_clear(temporal: str, wid: str, codec: EncryptionCodec) -> None:
+    """What anyone who reaches the Temporal UI reads of the run — search attributes, memo, the
+    summary's and every history payload's metadata, read through a client WITHOUT the key —
+    never holds the person's address; the ``user_id`` attribute is their opaque id."""
+
+    async def read() -> tuple[Any, Any]:
+        client = await connect(temporal)  # no codec: what the UI and its database hold
+        handle = client.get_workflow_handle(wid)
+        return await handle.describe(), await handle.fetch_history()
+
+    desc, history = asyncio.run(read())
+    attrs = {k.name: v for k, v in ((p.key, p.value) for p in desc.typed_search_attributes)}
+    assert attrs["user_id"] == codec.opaque_user(ALICE)
+    assert attrs["user_id"].startswith("u-") and len(attrs["user_id"]) == 26
+    assert ALICE not in repr(attrs)
+    raw = desc.raw_description
+    assert ALICE.encode() not in raw.workflow_execution_info.memo.SerializeToString()
+    assert ALICE.encode() not in raw.execution_config.user_metadata.SerializeToString()
+    metadata = [
+        b"".join(k.encode() + v for k, v in p.metadata.items())
+        for e in history.events
+        for p in _payloads(e)
+    ]
+    assert len(metadata) > 5
+    assert not [m for m in metadata if ALICE.encode() in m]
+    assert {codec.opaque_user(ALICE).encode()} <= {
+        p.metadata.get(META_USER) for e in history.events for p in _payloads(e)
+    }
+
+
+def _payloads(msg: Message) -> Iterator[Payload]:
+    """Every Payload inside a history proto."""
+    if isinstance(msg, Payload):
+        yield msg
+        return
+    for field, value in msg.ListFields():
+        if field.message_type is None:
+            continue
+        if isinstance(value, Message):
+            values = [value]
+        elif field.message_type.GetOptions().map_entry:
+            values = list(value.values())
+        else:
+            values = list(value)
+        for v in values:
+            if isinstance(v, Message):
+                yield from _payloads(v)
+
+
+def _run(
+    api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str, codec: EncryptionCodec
+) -> str:
     with api.client() as alice:
         body = alice.post("/v1/intents", json=_watch()).json()
         plan_id = body["plan_id"]
@@ -142,13 +217,14 @@ def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -
         handed = api.services.events.latest(plan_id, "handed_off")
         assert handed is not None and handed["details"]["workflow_type"] == "WatcherWorkflow"
 
-        # findable in Temporal (what the UI searches) by plan_id and by user_id
-        async def find() -> list[str]:
+        # findable in Temporal (what the UI searches) by plan_id and by the person's opaque id
+        async def find(user: str) -> list[str]:
             client = await connect(temporal)
-            q = f'plan_id="{plan_id}" AND user_id="{ALICE}"'
+            q = f'plan_id="{plan_id}" AND user_id="{user}"'
             return [w.id async for w in client.list_workflows(q)]
 
-        assert until(lambda: asyncio.run(find()) == [wid], 30)
+        assert until(lambda: asyncio.run(find(codec.opaque_user(ALICE))) == [wid], 30)
+        assert asyncio.run(find(ALICE)) == []  # the address is not what is indexed
         assert alice.get(f"/v1/plans/{plan_id}").json()["workflow_id"] == wid  # the card's link
         # approving before a slot is there: refused with the workflow's reason
         early = alice.post(
@@ -179,6 +255,7 @@ def _run(api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str) -
             e["kind"] for e in alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
         ]
         assert "handed_off" in kinds and "gate_approved" in kinds
+        return str(wid)
 
 
 def test_cancel_reaches_a_running_watcher(

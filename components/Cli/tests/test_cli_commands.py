@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -156,3 +157,52 @@ def test_up_without_services_plans_signs_verifies(home: Path) -> None:
     r = run(home, "up", "--no-services")
     assert r.returncode == 0, r.stderr
     assert "signed, verified" in r.stderr and json.loads(r.stdout)["plan_hash"]
+
+
+def test_status_reports_temporal_where_the_settings_say(home: Path) -> None:
+    """``countersign status`` (and ``countersign temporal status``) report Temporal at
+    ``COUNTERSIGN_TEMPORAL_ADDRESS``, not at the default 127.0.0.1:7233."""
+    with socket.socket() as idle:
+        idle.bind(("127.0.0.1", 0))
+        free = idle.getsockname()[1]  # bound, not listening: nothing answers there
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        for args in (("status",), ("temporal", "status")):
+            out = run(home, *args, env={"COUNTERSIGN_TEMPORAL_ADDRESS": f"127.0.0.1:{port}"})
+            assert out.returncode == 0, out.stderr
+            doc = json.loads(out.stdout)
+            t = doc["temporal"] if args == ("status",) else doc
+            assert t["address"] == f"127.0.0.1:{port}" and t["running"] is True, t
+            assert t["ui"] == f"http://127.0.0.1:{port + 1000}" and t["embedded"] is True
+    down = run(home, "status", env={"COUNTERSIGN_TEMPORAL_ADDRESS": f"localhost:{free}"})
+    t = json.loads(down.stdout)["temporal"]
+    assert (t["address"], t["running"]) == (f"localhost:{free}", False), t
+
+    # a cluster: reachable or not, its address, the UI the settings name (none by default)
+    with socket.socket() as cluster:
+        cluster.bind(("127.0.0.2", 0))
+        cluster.listen()
+        at = f"127.0.0.2:{cluster.getsockname()[1]}"
+        ui = {"COUNTERSIGN_TEMPORAL_UI_URL": "https://temporal.example.org"}
+        t = json.loads(run(home, "status", env={"COUNTERSIGN_TEMPORAL_ADDRESS": at, **ui}).stdout)[
+            "temporal"
+        ]
+    assert t == {
+        "running": True,
+        "address": at,
+        "ui": "https://temporal.example.org",
+        "embedded": False,
+    }
+    nowhere = run(home, "status", env={"COUNTERSIGN_TEMPORAL_ADDRESS": "temporal.invalid:7233"})
+    assert nowhere.returncode == 0, nowhere.stderr
+    t = json.loads(nowhere.stdout)["temporal"]
+    assert t == {
+        "running": False,
+        "address": "temporal.invalid:7233",
+        "ui": None,
+        "embedded": False,
+    }
+    bad = run(home, "status", env={"COUNTERSIGN_TEMPORAL_ADDRESS": "no-port"})
+    assert "not host:port" in json.loads(bad.stdout)["temporal"]["error"]

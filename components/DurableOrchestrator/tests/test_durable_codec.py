@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import stat
 from collections.abc import Iterator
 from datetime import timedelta
@@ -39,6 +40,7 @@ from countersign.durable.codec import (
     META_KEY_ID,
     META_USER,
     META_WORKFLOW,
+    opaque_user_of,
     payload_owner,
 )
 from countersign.durable.testing import (  # noqa: F401  (fixture)
@@ -78,7 +80,10 @@ def test_round_trip_labels_the_owner_and_hides_the_data(codec: EncryptionCodec) 
     text = _json("Visa watcher · alice · Lisbon")
     sealed = asyncio.run(codec.encode([mine, nobody, text]))
     assert [p.metadata["encoding"] for p in sealed] == [ENCODING] * 3
-    assert [payload_owner(p) for p in sealed] == [ALICE, ANY_USER, ANY_USER]
+    # the owner is labelled with an opaque id (never the address), the same for one person
+    opaque = codec.opaque_user(ALICE)
+    assert [payload_owner(p) for p in sealed] == [opaque, ANY_USER, ANY_USER]
+    assert all(ALICE.encode() not in b"".join(p.metadata.values()) for p in sealed)
     assert all(p.metadata[META_KEY_ID] == b"p1" for p in sealed)
     assert b"c2lnbmF0dXJl" not in sealed[0].data and b"booked" not in sealed[1].data
     assert asyncio.run(codec.decode(sealed)) == [mine, nobody, text]
@@ -99,7 +104,7 @@ def test_a_changed_ciphertext_or_label_is_refused(codec: EncryptionCodec) -> Non
     flipped = Payload()
     flipped.CopyFrom(sealed)
     flipped.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
-    with pytest.raises(PayloadTamperedError, match=r"alice@example.com.*'p1'.*tag does not verify"):
+    with pytest.raises(PayloadTamperedError, match=r"'u-[0-9a-f]{24}'.*'p1'.*tag does not verify"):
         codec.unseal(flipped)
     relabelled = Payload()
     relabelled.CopyFrom(sealed)
@@ -126,6 +131,23 @@ def test_another_folder_key_does_not_open(tmp_path: Path, codec: EncryptionCodec
     sealed = payload_codec(tmp_path / "elsewhere").seal(_json({"user_id": ALICE}))
     with pytest.raises(PayloadTamperedError):  # same id p1, another key
         codec.unseal(sealed)
+
+
+def test_the_opaque_user_id_is_keyed_stable_and_survives_rotation(tmp_path: Path) -> None:
+    folder = tmp_path / "keys"
+    first = payload_codec(folder)
+    alice = first.opaque_user(ALICE)
+    assert re.fullmatch(r"u-[0-9a-f]{24}", alice)
+    assert payload_codec(folder).opaque_user(ALICE) == alice  # one person, one id
+    assert first.opaque_user("bob@example.com") != alice
+    assert first.opaque_user(ANY_USER) == ANY_USER
+    # keyed: another deployment's key gives another id (an address cannot be looked up)
+    assert payload_codec(tmp_path / "elsewhere").opaque_user(ALICE) != alice
+    # an id shaped like an opaque one is hashed too: nobody names themselves into a label
+    assert first.opaque_user(alice) != alice
+    rotate_payload_key(folder)
+    assert payload_codec(folder).opaque_user(ALICE) == alice  # rotation keeps it
+    assert opaque_user_of(first, ALICE) == alice and opaque_user_of(None, ALICE) is None
 
 
 def test_key_file_is_private_reused_and_rotates(tmp_path: Path) -> None:
@@ -293,7 +315,7 @@ def test_a_watcher_history_holds_no_clear_data(
     for p in payloads:
         assert p.metadata["encoding"] == ENCODING, p.metadata
     owners = {payload_owner(p) for p in payloads}
-    assert owners == {ALICE, ANY_USER}
+    assert owners == {codec.opaque_user(ALICE), ANY_USER}
     # a payload that names no person is labelled with its run (how the codec endpoint finds the
     # owner of results, summaries and query answers)
     assert {p.metadata.get(META_WORKFLOW) for p in payloads} == {f"watch-{plan_id}".encode()}

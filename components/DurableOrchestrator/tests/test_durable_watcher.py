@@ -1180,7 +1180,12 @@ def test_search_attributes_registered_on_a_bare_server_find_the_run(
     ``register_search_attributes`` (idempotent) the run starts and a person finds it by plan_id."""
     from temporalio.service import RPCError
 
-    from countersign.durable import connect, register_search_attributes, start_watcher
+    from countersign.durable import (
+        connect,
+        payload_codec,
+        register_search_attributes,
+        start_watcher,
+    )
     from countersign.durable.runtime import temporal_start, temporal_stop
     from countersign.n8n import free_port
 
@@ -1194,7 +1199,9 @@ def test_search_attributes_registered_on_a_bare_server_find_the_run(
     try:
 
         async def go() -> list[str]:
-            client = await connect(f"127.0.0.1:{port}")
+            codec = payload_codec(tmp_path / "keys")
+            client = await connect(f"127.0.0.1:{port}", codec=codec)
+            opaque = codec.opaque_user("alice@example.com")
             with pytest.raises(RPCError):
                 await start_watcher(client, inp)
             assert sorted(await register_search_attributes(client)) == [
@@ -1211,7 +1218,7 @@ def test_search_attributes_registered_on_a_bare_server_find_the_run(
                 return [
                     w.id
                     async for w in client.list_workflows(
-                        f"plan_id = '{doc['plan']['plan_id']}' AND user_id = 'alice@example.com'"
+                        f"plan_id = '{doc['plan']['plan_id']}' AND user_id = '{opaque}'"
                     )
                 ]
 
@@ -1221,7 +1228,9 @@ def test_search_attributes_registered_on_a_bare_server_find_the_run(
             described = await handle.describe()
             summary = await described.static_summary() or ""
             details = await described.static_details() or ""
-            assert summary.startswith("Watcher · alice@example.com · visa.sandbox.find_slots")
+            # the person by opaque id, as the search attribute: never the address
+            assert summary.startswith(f"Watcher · {opaque} · visa.sandbox.find_slots")
+            assert "alice@example.com" not in summary + details
             assert "every 15 min" in summary, summary
             assert doc["plan"]["plan_id"] in details and "gate-A" in details
             assert doc["signature"]["signature"] not in details + summary
@@ -1477,8 +1486,7 @@ def test_the_temporal_ui_shows_what_a_watcher_does_on_a_dev_server(
             handle = await start_watcher(client, inp)
             described = await handle.describe()
             assert await described.static_summary() == (
-                "Watcher · alice@example.com · visa.sandbox.find_slots · lisbon · 2027-03-01 · "
-                "2027-03-31 · hourly"
+                "Watcher · visa.sandbox.find_slots · lisbon · 2027-03-01 · 2027-03-31 · hourly"
             )
             assert await described.static_details() == (
                 f"**Plan** `{pid}` · intent `watch_visa_slots` · hash `{doc['plan_hash'][:12]}…`"
@@ -1554,11 +1562,10 @@ def test_the_temporal_ui_shows_what_a_plan_run_does_on_a_dev_server(
             handle = await start_plan(client, PlanInput(signed=doc, user_id="alice@example.com"))
             described = await handle.describe()
             assert await described.static_summary() == (
-                "Plan · book_visa_slot · alice@example.com · 5 steps · 1 gate"
+                "Plan · book_visa_slot · 5 steps · 1 gate"  # no codec: no opaque id, no owner
             )
             assert await described.static_details() == (
                 f"**Plan** `{pid}` · intent `book_visa_slot` · hash `{doc['plan_hash'][:12]}…`"
-                " · for alice@example.com"
                 "\n\n**Steps**"
                 "\n1. read `visa.sandbox.find_slots`"
                 "\n2. read `visa.sandbox.find_slots`"

@@ -3,7 +3,8 @@
 The Temporal Web UI sends the payloads it shows to ``<endpoint>/decode`` from the browser, in the
 codec-server format ``{"payloads": [{"metadata": {name: base64}, "data": base64}]}``, and shows
 what comes back. Responsibility here: open a sealed payload only for the person it belongs to —
-its ``countersign-user`` label, or, for a payload labelled ``*`` (results, summaries, query
+its ``countersign-user`` label (the person's opaque id, ``durable.codec``; an address on payloads
+sealed before opaque ids), or, for a payload labelled ``*`` (results, summaries, query
 answers), the owner of the plan its ``countersign-workflow`` run executes; admins read all.
 Another person's payloads come back still sealed (the UI keeps working, shows ciphertext) and
 each refusal is audited (``codec_decode_refused``). The labels are bound to the ciphertext
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.api.common.v1 import Payload
 
 from countersign.durable import EncryptionCodec
-from countersign.durable.codec import ANY_USER, payload_owner, payload_workflow
+from countersign.durable.codec import (
+    ANY_USER,
+    OPAQUE_USER_PREFIX,
+    payload_owner,
+    payload_workflow,
+)
 from countersign.kernel import InputError
 
 from .users import Principal
@@ -44,6 +51,7 @@ __all__ = [
 CODEC_HEADERS = "content-type, x-namespace, authorization"
 #: workflow id prefixes of the durable runs: ``watch-<plan_id>``, ``plan-<plan_id>``
 _RUN_PREFIXES = ("watch-", "plan-")
+_OPAQUE_SHAPE = re.compile(rf"{OPAQUE_USER_PREFIX}[0-9a-f]{{24}}", re.ASCII | re.IGNORECASE)
 
 
 class CodecPayload(BaseModel):
@@ -114,22 +122,29 @@ def decode_for(
     owned: dict[str, bool] = {}
     out: list[Payload] = []
     refused: list[dict[str, str]] = []
+    mine = _labels_of(who.user_id, codec)
     for p in payloads:
         owner = payload_owner(p)
         if owner is None:
             out.append(p)
             continue
         run = payload_workflow(p) or ""
-        if (
-            who.admin
-            or owner == who.user_id
-            or (owner == ANY_USER and _owns(run, owned, owns_plan))
-        ):
+        if who.admin or owner in mine or (owner == ANY_USER and _owns(run, owned, owns_plan)):
             out.append(codec.unseal(p))
         else:
             out.append(p)
             refused.append({"owner": owner[:128], "workflow_id": run[:80]})
     return out, refused
+
+
+def _labels_of(user_id: str, codec: EncryptionCodec) -> set[str]:
+    """The owner labels that are the caller's: their opaque id (what is sealed now) and, on
+    payloads sealed before opaque ids, their id itself — unless it looks like an opaque id (a
+    person named ``u-<24 hex>`` would otherwise read whoever's label that is)."""
+    labels = {codec.opaque_user(user_id)}
+    if not _OPAQUE_SHAPE.fullmatch(user_id):
+        labels.add(user_id)
+    return labels
 
 
 def _owns(run: str, memo: dict[str, bool], owns_plan: Callable[[str], bool]) -> bool:
@@ -142,7 +157,8 @@ def _owns(run: str, memo: dict[str, bool], owns_plan: Callable[[str], bool]) -> 
 def encode_for(
     who: Principal, payloads: list[Payload], codec: EncryptionCodec | None
 ) -> list[Payload]:
-    """Seal payloads as ``who``'s (what the UI sends into a run: a signal, an update)."""
+    """Seal payloads as ``who``'s (labelled with their opaque id; what the UI sends into a run: a
+    signal, an update)."""
     if codec is None:
         return list(payloads)
     return [codec.seal(p, owner=who.user_id) for p in payloads]

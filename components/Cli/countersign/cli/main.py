@@ -15,7 +15,7 @@ import typer
 
 from countersign.audit.cli import app as audit_app
 from countersign.durable.cli import app as temporal_app
-from countersign.durable.runtime import temporal_status
+from countersign.durable.runtime import configured_status
 from countersign.kernel import (
     Evidence,
     InputError,
@@ -341,7 +341,7 @@ def status_cmd() -> None:
     print_json(
         {
             "n8n": n8n_status(settings.home / "n8n"),
-            "temporal": temporal_status(settings.home / "temporal"),
+            "temporal": configured_status(settings),
             "sandbox": sandbox_status(settings.home),
             "home": str(settings.home),
         }

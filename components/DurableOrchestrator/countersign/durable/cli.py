@@ -17,7 +17,7 @@ from countersign.storage import Database
 
 from .activities import DurableActivities
 from .codec import payload_codec
-from .runtime import temporal_start, temporal_status, temporal_stop
+from .runtime import configured_status, temporal_start, temporal_stop
 from .worker import connect, make_worker, register_search_attributes
 
 __all__ = ["app"]
@@ -39,8 +39,8 @@ def down_cmd() -> None:
 
 @app.command("status")
 def status_cmd() -> None:
-    """Running or not, as JSON."""
-    typer.echo(json.dumps(temporal_status(Settings().home / "temporal")))
+    """Running or not, at the configured address (``COUNTERSIGN_TEMPORAL_ADDRESS``), as JSON."""
+    typer.echo(json.dumps(configured_status(Settings())))
 
 
 @app.command("attributes")

@@ -8,7 +8,7 @@ An encrypted payload (DurableOrchestrator LLD §codec)::
 
     metadata  encoding              = binary/encrypted
               encryption-key-id     = p1            (which payload key sealed it)
-              countersign-user      = alice@…       (the owner; ``*``: admins only)
+              countersign-user      = u-3f9c…       (the owner's opaque id; ``*``: admins only)
               countersign-workflow  = watch-<plan>  (when the SDK names the run; may be absent)
     data      nonce (12 bytes) ‖ AES-256-GCM(key, nonce, inner Payload protobuf, aad)
 
@@ -17,7 +17,10 @@ the tag failing: a person cannot relabel another's payload as theirs to get it d
 
 The owner is read from the payload itself: the pydantic converter writes our models as JSON, and
 every model that carries a person's data (``WatchInput``, ``PlanInput``, ``StepCall`` …) has a
-top-level ``user_id``; any other payload (results, summaries, query answers) is labelled ``*``,
+top-level ``user_id``; the label is that person's *opaque id* (``PayloadKeys.opaque_user``:
+``u-`` and 24 hex digits of HMAC-SHA256 under a key derived from the ring's first payload key), so
+whoever reaches the Temporal UI sees no e-mail address — the same opaque id is the runs'
+``user_id`` search attribute. Any other payload (results, summaries, query answers) is labelled ``*``,
 and the codec endpoint lets its run's owner read it through ``countersign-workflow`` (the plan's
 owner), else only an admin.
 
@@ -33,6 +36,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import re
 import stat
@@ -61,11 +66,13 @@ __all__ = [
     "META_KEY_ID",
     "META_USER",
     "META_WORKFLOW",
+    "OPAQUE_USER_PREFIX",
     "EncryptionCodec",
     "PayloadCodecError",
     "PayloadKeyUnknownError",
     "PayloadKeys",
     "PayloadTamperedError",
+    "opaque_user_of",
     "payload_codec",
     "payload_owner",
     "payload_workflow",
@@ -79,6 +86,11 @@ META_WORKFLOW = "countersign-workflow"
 #: the owner label of a payload that names no person: only an admin (or the run's owner, through
 #: ``countersign-workflow``) may read it
 ANY_USER = "*"
+#: how an opaque user id starts (``u-`` and 24 hex digits): what the ``countersign-user`` label and
+#: the ``user_id`` search attribute hold instead of the person's address
+OPAQUE_USER_PREFIX = "u-"
+_OPAQUE_HEX = 24
+_USER_KEY_LABEL = b"countersign-opaque-user-v1"
 
 _NONCE = 12
 _KEY_FILE = re.compile(r"^payload-(p(\d{1,6}))\.key$", re.ASCII)
@@ -132,6 +144,20 @@ class PayloadKeys:
         active = max(keys, key=lambda k: int(k[1:]))
         return cls(keys=keys, active=active)
 
+    def opaque_user(self, user_id: str) -> str:
+        """The person's opaque id: ``u-`` and the first 24 hex digits (96 bits) of
+        HMAC-SHA256(user key, user id), where the user key is HMAC-SHA256(first payload key,
+        ``countersign-opaque-user-v1``) — the ring's lowest-numbered key, so a rotation keeps every
+        opaque id (retiring ``p1`` changes them all). ``*`` stays ``*``. Every other id is hashed,
+        one shaped like an opaque id too (else a person named ``u-…`` could claim another's
+        label)."""
+        if user_id == ANY_USER:
+            return user_id
+        first = self.keys[min(self.keys, key=lambda k: int(k[1:]))]
+        user_key = hmac.new(first, _USER_KEY_LABEL, hashlib.sha256).digest()
+        mac = hmac.new(user_key, user_id.encode("utf-8"), hashlib.sha256).hexdigest()
+        return OPAQUE_USER_PREFIX + mac[:_OPAQUE_HEX]
+
 
 def rotate_payload_key(folder: Path) -> str:
     """Add the next payload key (``p<n+1>``); processes that load the ring afterwards seal with it
@@ -148,8 +174,16 @@ def payload_codec(keys_dir: Path) -> EncryptionCodec:
     return EncryptionCodec(PayloadKeys.load(keys_dir, create=True))
 
 
+def opaque_user_of(codec: object, user_id: str) -> str | None:
+    """The opaque id of ``user_id`` under ``codec`` when it is an ``EncryptionCodec`` (a client's
+    ``data_converter.payload_codec``), else None: without a key there is no opaque id, and the
+    address itself is never written where the Temporal UI shows it."""
+    return codec.opaque_user(user_id) if isinstance(codec, EncryptionCodec) else None
+
+
 def payload_owner(payload: Payload) -> str | None:
-    """The owner label of a sealed payload (``countersign-user``); None if it is not sealed."""
+    """The owner label of a sealed payload (``countersign-user``: an opaque id, ``*``, or on
+    payloads sealed before opaque ids an address); None if it is not sealed."""
     if payload.metadata.get("encoding") != ENCODING:
         return None
     return payload.metadata.get(META_USER, b"").decode("utf-8", "replace")
@@ -169,6 +203,10 @@ class EncryptionCodec(PayloadCodec, WithSerializationContext):
         self._keys = keys
         self._workflow_id = workflow_id
         self._ciphers = {kid: AESGCM(bytes(k)) for kid, k in keys.keys.items()}
+
+    def opaque_user(self, user_id: str) -> str:
+        """The person's opaque id under this codec's ring (``PayloadKeys.opaque_user``)."""
+        return self._keys.opaque_user(user_id)
 
     def with_context(self, context: SerializationContext) -> Self:
         """A codec that labels what it seals with the run the SDK is working for."""
@@ -193,11 +231,12 @@ class EncryptionCodec(PayloadCodec, WithSerializationContext):
         return [self.unseal(p) for p in payloads]
 
     def seal(self, payload: Payload, *, owner: str | None = None) -> Payload:
-        """One payload sealed with the active key; ``owner`` overrides the label read from the
-        payload (the codec endpoint's encode seals for the caller)."""
+        """One payload sealed with the active key, labelled with its owner's opaque id; ``owner``
+        (a user id) overrides the owner read from the payload (the codec endpoint's encode seals
+        for the caller)."""
         if payload.metadata.get("encoding") == ENCODING:
             return payload
-        user = owner if owner is not None else _owner_of(payload)
+        user = self.opaque_user(owner if owner is not None else _owner_of(payload))
         key_id = self._keys.active
         meta = {
             "encoding": ENCODING,

@@ -14,15 +14,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from countersign.kernel import Settings, ascii_digits
 from countersign.kernel.process import ServiceError, port_open, spawn, stop_group, wait_port
 
 __all__ = [
     "SEARCH_ATTRIBUTES",
+    "configured_status",
     "temporal_binary",
     "temporal_start",
     "temporal_status",
     "temporal_stop",
 ]
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 #: name → Temporal type of every search attribute Countersign sets: who and what a run is for
 #: (at start), and a watcher's state and poll count (upserted as it runs), so "watchers still
@@ -117,6 +121,43 @@ def temporal_start(
 def temporal_stop(folder: Path) -> bool:
     """Stop the dev server started in ``folder`` (its whole process group); True if it ran."""
     return stop_group(folder / "temporal.pid", timeout_s=10)
+
+
+def configured_status(settings: Settings) -> dict[str, Any]:
+    """Where Temporal is for these settings (``COUNTERSIGN_TEMPORAL_ADDRESS``, ``…_UI_URL``), as
+    ``countersign status`` and ``countersign temporal status`` report it: on a loopback address the
+    embedded dev server's status at that port (its UI where ``Settings.temporal_ui`` says: port +
+    1000, as ``countersign up`` starts it); any other address is a cluster — reachable or not, the
+    address, its UI when ``COUNTERSIGN_TEMPORAL_UI_URL`` names one, ``embedded: false``. An
+    address that is not ``host:port`` is reported as such, not reached."""
+    address = settings.temporal_address
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not host or not ascii_digits(port) or not 0 < int(port) < 65536:
+        return {
+            "running": False,
+            "address": address,
+            "ui": settings.temporal_ui,
+            "error": "COUNTERSIGN_TEMPORAL_ADDRESS is not host:port",
+        }
+    if host in _LOOPBACK:
+        ui = settings.temporal_ui or f"http://127.0.0.1:{int(port) + 1000}"
+        out = temporal_status(settings.home / "temporal", port=int(port))
+        return {**out, "address": address, "ui": ui, "embedded": True}
+    return {
+        "running": _reachable(host, int(port)),
+        "address": address,
+        "ui": settings.temporal_ui,
+        "embedded": False,
+    }
+
+
+def _reachable(host: str, port: int) -> bool:
+    """``port_open`` for a host by name, a name that does not resolve being unreachable."""
+    try:
+        return port_open(port, host)
+    except OSError:
+        return False
 
 
 def temporal_status(folder: Path, *, port: int = 7233, ui_port: int = 8233) -> dict[str, Any]:

@@ -67,13 +67,14 @@ def _what(args: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def watch_summary(inp: WatchInput) -> str:
-    """``Watcher · alice@example.com · visa.sandbox.find_slots · lisbon · 2027-03-01 · 2027-03-31 ·
-    hourly`` (the UI's list and header show it)."""
+def watch_summary(inp: WatchInput, owner: str | None = None) -> str:
+    """``Watcher · u-3f9c… · visa.sandbox.find_slots · lisbon · 2027-03-01 · 2027-03-31 ·
+    hourly`` (the UI's list and header show it); ``owner`` is the person's opaque id (never the
+    address: the UI shows this to whoever reaches it), none without a payload codec."""
     step = _step(inp.signed, inp.watch_step)
     parts = [
         "Watcher",
-        inp.user_id,
+        *([owner] if owner else []),
         _op(step),
         *_what(step.args if step is not None else {}),
         every(inp.poll_interval_s),
@@ -116,15 +117,16 @@ def watch_now(st: WatchState, *, ended: str | None = None) -> str:
     return line
 
 
-def plan_summary(signed: SignedPlan, user_id: str) -> str:
-    """``Plan · purchase_item · alice@example.com · 6 steps · 2 gates``."""
+def plan_summary(signed: SignedPlan, owner: str | None = None) -> str:
+    """``Plan · purchase_item · u-3f9c… · 6 steps · 2 gates`` (``owner``: the opaque id, as
+    :func:`watch_summary`)."""
     graph = signed.plan.graph
     gates = sum(1 for s in graph if s.gate_id)
     return " · ".join(
         [
             "Plan",
             signed.plan.intent.intent,
-            user_id,
+            *([owner] if owner else []),
             f"{len(graph)} steps",
             f"{gates} gate{'s' if gates != 1 else ''}",
         ]
@@ -169,7 +171,7 @@ def plan_step_summary(signed: SignedPlan, n: int) -> str:
     return f"write step {n} ({_op(step)}){approved}"[:200]
 
 
-def plan_details(signed: SignedPlan, user_id: str) -> str:
+def plan_details(signed: SignedPlan, owner: str | None = None) -> str:
     """The details pane of a ``PlanExecutionWorkflow`` (Markdown): the plan, its steps in order
     (reads, gates, writes and the gates each write waits for), how to cancel. No signature, token,
     argument value or secret."""
@@ -182,7 +184,7 @@ def plan_details(signed: SignedPlan, user_id: str) -> str:
             kind = "read" if s.dry_run else "write"
             steps.append(f"{s.step}. {kind} `{_op(s)}`{after}")
     lines = [
-        f"{_head(signed)} · for {user_id}",
+        _head(signed) + (f" · for {owner}" if owner else ""),
         "**Steps**\n" + "\n".join(steps),
         "**Cancel** from the chat card, `countersign cancel <plan_id>` or "
         "`POST /v1/plans/<plan_id>/cancel`",

@@ -33,6 +33,7 @@ from countersign.kernel.process import ServiceError
 from countersign.registry import Registry
 
 from .activities import DurableActivities
+from .codec import opaque_user_of
 from .models import PlanInput, WatchInput
 from .plan_workflow import PlanExecutionWorkflow
 from .runtime import SEARCH_ATTRIBUTES
@@ -160,9 +161,11 @@ async def start_watcher(
     client: Client, inp: WatchInput, *, task_queue: str = TASK_QUEUE, search_attributes: bool = True
 ) -> WorkflowHandle[Any, Any]:
     """Start (or join) the watcher of a plan: id ``watch-<plan_id>``, so a second start is a no-op;
-    search attributes user_id, plan_id, intent let a person find it in the Temporal UI."""
+    search attributes user_id (the person's opaque id, ``codec.opaque_user``; left out when the
+    client has no payload codec), plan_id, intent let a person find it in the Temporal UI."""
     plan = inp.signed.plan
-    attrs = _attributes(inp.user_id, plan) if search_attributes else TypedSearchAttributes.empty
+    owner = opaque_user_of(client.data_converter.payload_codec, inp.user_id)
+    attrs = _attributes(owner, plan) if search_attributes else TypedSearchAttributes.empty
     return await client.start_workflow(
         WatcherWorkflow.run,
         inp,
@@ -170,7 +173,7 @@ async def start_watcher(
         task_queue=task_queue,
         search_attributes=attrs,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary=watch_summary(inp),
+        static_summary=watch_summary(inp, owner),
         static_details=watch_details(inp),
     )
 
@@ -178,9 +181,11 @@ async def start_watcher(
 async def start_plan(
     client: Client, inp: PlanInput, *, task_queue: str = TASK_QUEUE, search_attributes: bool = True
 ) -> WorkflowHandle[Any, Any]:
-    """Start (or join) the PlanExecutionWorkflow of a plan: id ``plan-<plan_id>``."""
+    """Start (or join) the PlanExecutionWorkflow of a plan: id ``plan-<plan_id>`` (search
+    attributes as :func:`start_watcher`)."""
     plan = inp.signed.plan
-    attrs = _attributes(inp.user_id, plan) if search_attributes else TypedSearchAttributes.empty
+    owner = opaque_user_of(client.data_converter.payload_codec, inp.user_id)
+    attrs = _attributes(owner, plan) if search_attributes else TypedSearchAttributes.empty
     return await client.start_workflow(
         PlanExecutionWorkflow.run,
         inp,
@@ -188,19 +193,20 @@ async def start_plan(
         task_queue=task_queue,
         search_attributes=attrs,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary=plan_summary(inp.signed, inp.user_id),
-        static_details=plan_details(inp.signed, inp.user_id),
+        static_summary=plan_summary(inp.signed, owner),
+        static_details=plan_details(inp.signed, owner),
     )
 
 
-def _attributes(user_id: str, plan: Plan) -> TypedSearchAttributes:
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(SearchAttributeKey.for_keyword("user_id"), user_id),
-            SearchAttributePair(SearchAttributeKey.for_keyword("plan_id"), plan.plan_id),
-            SearchAttributePair(SearchAttributeKey.for_keyword("intent"), plan.intent.intent),
-        ]
-    )
+def _attributes(owner: str | None, plan: Plan) -> TypedSearchAttributes:
+    """plan_id, intent and, with an opaque id, user_id (never the person's address)."""
+    pairs: list[SearchAttributePair[str]] = [
+        SearchAttributePair(SearchAttributeKey.for_keyword("plan_id"), plan.plan_id),
+        SearchAttributePair(SearchAttributeKey.for_keyword("intent"), plan.intent.intent),
+    ]
+    if owner is not None:
+        pairs.insert(0, SearchAttributePair(SearchAttributeKey.for_keyword("user_id"), owner))
+    return TypedSearchAttributes(pairs)
 
 
 class WatcherPlanError(InputError):
