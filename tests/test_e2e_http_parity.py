@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from countersign.steps.http import http_call, send
 #: headers a provider acts on; everything else (user-agent, accept, connection…) is the client's
 COMPARED_HEADERS = ("content-type", "idempotency-key", "if-none-match", "if-match")
 KEY = "01JDQ3Z0000000000000000001:5:" + "a" * 64
+WRITTEN = datetime(2037, 11, 20, 9, 15, tzinfo=UTC)  # when the write is rendered (DTSTAMP)
 
 
 class Recorder:
@@ -90,6 +92,7 @@ def _args(names: list[str], text: str, url: str) -> dict[str, Any]:
         "end": "2037-11-23T14:30:00Z",
         "time_min": "2037-11-23T13:00:00Z",
         "time_max": "2037-11-23T18:00:00Z",
+        "organizer": "alice@example.com",
         "attendees": ["alice@example.com", "bob@example.com"],
         "query": text,
         "max_price": 80,
@@ -155,6 +158,7 @@ def _both_ways(
                 registry=registry,
                 transport=N8nTransport(client),
                 settings=conf,
+                clock=lambda: WRITTEN,
             )
             prepared = await runner.prepare(step, {}, idempotency_key=KEY)
             await runner.send(prepared, write=op.safety == "write")
@@ -162,7 +166,7 @@ def _both_ways(
     before = len(recorder.seen)
     asyncio.run(via_n8n())
     node = resolve_step(step, registry)
-    req = http_call(node, render_data(node, args, conf, idempotency_key=KEY))
+    req = http_call(node, render_data(node, args, conf, idempotency_key=KEY, written_at=WRITTEN))
     send(req, timeout=10)
     got = recorder.seen[before:]
     assert len(got) == 2, got

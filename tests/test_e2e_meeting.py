@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import icalendar
 import pytest
 from sqlalchemy import text
 
@@ -241,6 +242,62 @@ def test_meeting_preview_then_execute_exactly_once(stack: Stack) -> None:
         "step_finished",
         "execute_refused",
     } <= set(kinds)
+
+
+def _stored_event(s: Stack, user: str) -> icalendar.Event:
+    """The one VEVENT Radicale keeps in ``user``'s calendar, parsed by ``icalendar`` from what a
+    calendar client would GET."""
+    import httpx
+
+    (name,) = s.radicale.events(user)
+    r = httpx.get(s.radicale.calendar_url(user) + name, timeout=5)
+    assert r.status_code == 200, r.status_code
+    (event,) = icalendar.Calendar.from_ical(r.text).walk("VEVENT")
+    assert isinstance(event, icalendar.Event)
+    return event
+
+
+def test_meeting_events_are_one_meeting_in_every_calendar(stack: Stack) -> None:
+    """What lands in each attendee's calendar is what RFC 5545 and a client expect of one meeting
+    (issue 25): the same UID in Alice's and Bob's calendars, ORGANIZER = the person asking,
+    both people as ATTENDEE, DTSTAMP = when it was written (not the start), and the time and
+    title the card offered; the two writes keep their own idempotency keys."""
+    doc = _signed(stack.registry, stack.keyring, title="Planning")
+
+    async def go() -> dict[str, str]:
+        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
+            transport = N8nTransport(client)
+            slot = _first_slot(await _preview(stack, doc, transport))
+            report = await _executor(stack, transport).execute(
+                doc, user_id=ALICE, tokens={"gate-A": _approve(stack, doc, slot)}
+            )
+            assert report.status == "completed"
+            return slot
+
+    before = datetime.now(UTC).replace(microsecond=0)
+    slot = asyncio.run(go())
+    after = datetime.now(UTC)
+    events = {who: _stored_event(stack, who) for who in (ALICE, BOB)}
+    (uid,) = {e.uid for e in events.values()}
+    assert uid == f"{doc['plan']['plan_id'].lower()}-5"
+    title = doc["plan"]["intent"]["entities"]["title"]
+    for event in events.values():
+        assert event.summary == title
+        assert str(event.organizer) == f"mailto:{ALICE}"
+        assert sorted(str(a) for a in event.attendees) == [f"mailto:{ALICE}", f"mailto:{BOB}"]
+        assert event.start == datetime.fromisoformat(slot["start"].replace("Z", "+00:00"))
+        assert event.end == datetime.fromisoformat(slot["end"].replace("Z", "+00:00"))
+        stamp = event.DTSTAMP  # when it was written, not the start
+        assert stamp != event.start
+        assert before <= stamp <= after
+    with stack.db.tx() as c:
+        rows = c.execute(
+            text("SELECT key, state FROM idempotency_keys WHERE key LIKE :p ORDER BY key"),
+            {"p": f"{doc['plan']['plan_id']}:%"},
+        ).all()
+    # two events, two mails: each write its own key (plan_id:step:arg_hash), each completed once
+    assert [r.key.split(":")[1] for r in rows] == ["5", "6", "7", "8"], rows
+    assert {r.state for r in rows} == {"completed"}
 
 
 def test_tampered_plan_never_reaches_n8n(stack: Stack) -> None:

@@ -28,6 +28,7 @@ from countersign.binding import (
 from countersign.kernel import BindingError
 
 FIXTURES = Path(__file__).parent / "fixtures"
+WRITTEN = datetime(2026, 11, 20, 9, 15, 7, tzinfo=UTC)  # when an event is written (a DTSTAMP)
 
 
 def _read(name: str) -> str:
@@ -315,7 +316,11 @@ def test_occurrences_on_a_dst_change_keep_their_exact_duration(
 # ---- writing -----------------------------------------------------------------------------------
 def test_written_event_is_read_back_by_icalendar_and_by_ics_busy() -> None:
     text = ics_event(
-        uid="01abc-5", summary="Sync", start="2026-11-23T14:00:00+01:00", end="2026-11-23T13:30:00Z"
+        uid="01abc-5",
+        summary="Sync",
+        start="2026-11-23T14:00:00+01:00",
+        end="2026-11-23T13:30:00Z",
+        stamp=WRITTEN,
     )
     (event,) = icalendar.Calendar.from_ical(text).walk("VEVENT")
     assert isinstance(event, icalendar.Event)
@@ -336,7 +341,11 @@ def test_any_summary_stays_one_property_and_reads_back(title: str) -> None:
     line break Python knows; the title reads back as written, less control characters (which
     RFC 5545 TEXT may not carry) and with icalendar's reading of a literal ``\\N``."""
     text = ics_event(
-        uid="u1", summary=title, start="2026-11-23T13:00:00Z", end="2026-11-23T14:00:00Z"
+        uid="u1",
+        summary=title,
+        start="2026-11-23T13:00:00Z",
+        end="2026-11-23T14:00:00Z",
+        stamp=WRITTEN,
     )
     unfolded = text.replace("\r\n ", "")
     for lines in (unfolded.split("\r\n"), unfolded.splitlines()):
@@ -351,3 +360,94 @@ def test_any_summary_stays_one_property_and_reads_back(title: str) -> None:
     expected = expected.replace("\r\n", "\n").replace("\r", "\n")
     if "\\N" not in expected:
         assert str(event["SUMMARY"]) == expected
+
+
+def test_a_meeting_event_names_its_organizer_and_attendees_and_when_it_was_written() -> None:
+    """What a calendar client reads of a meeting (RFC 5545 §3.8.4.1/.3, §3.8.7.2): the organizer
+    and every attendee as ``mailto:``, the organizer's own participation accepted, the others'
+    awaited, duplicates once; DTSTAMP is when the event was written, not its start."""
+    people = ["alice@example.com", "bob@example.com", "bob@example.com", "c.d+x@example.org"]
+    text = ics_event(
+        uid="01abc-5",
+        summary="Sync",
+        start="2026-11-23T13:00:00Z",
+        end="2026-11-23T13:30:00Z",
+        stamp=datetime(2026, 11, 20, 10, 15, 7, 999, tzinfo=ZoneInfo("Europe/Berlin")),
+        organizer="alice@example.com",
+        attendees=people,
+    )
+    (event,) = icalendar.Calendar.from_ical(text).walk("VEVENT")
+    assert isinstance(event, icalendar.Event)
+    assert event.uid == "01abc-5"
+    stamp = event.DTSTAMP
+    assert stamp == datetime(2026, 11, 20, 9, 15, 7, tzinfo=UTC)
+    assert event.start == datetime(2026, 11, 23, 13, 0, tzinfo=UTC)
+    assert str(event.organizer) == "mailto:alice@example.com"
+    attendees = event.attendees
+    assert [str(a) for a in attendees] == [
+        "mailto:alice@example.com",
+        "mailto:bob@example.com",
+        "mailto:c.d+x@example.org",
+    ]
+    assert [a.params["PARTSTAT"] for a in attendees] == ["ACCEPTED", "NEEDS-ACTION", "NEEDS-ACTION"]
+    assert {a.params["ROLE"] for a in attendees} == {"REQ-PARTICIPANT"}
+    assert "METHOD" not in icalendar.Calendar.from_ical(text)  # a stored object carries none
+
+
+def test_an_event_without_people_has_no_organizer_or_attendee() -> None:
+    text = ics_event(
+        uid="u1",
+        summary="x",
+        start="2026-11-23T13:00:00Z",
+        end="2026-11-23T14:00:00Z",
+        stamp=WRITTEN,
+    )
+    (event,) = icalendar.Calendar.from_ical(text).walk("VEVENT")
+    assert isinstance(event, icalendar.Event)
+    assert "ORGANIZER" not in event and "ATTENDEE" not in event
+    stamp = event.DTSTAMP
+    assert stamp == WRITTEN
+
+
+@pytest.mark.parametrize(
+    "who",
+    [
+        "bob@example.com\r\nATTENDEE:mailto:eve@example.com",
+        'bob@example.com";RSVP=TRUE',
+        "bob@example.com;ROLE=CHAIR",
+        "bob@example.com:x",
+        "bob",
+        "Bob <bob@example.com>",
+        "",
+    ],
+)
+def test_an_address_that_is_not_plain_is_refused(who: str) -> None:
+    with pytest.raises(BindingError, match="not a plain e-mail address"):
+        ics_event(
+            uid="u1",
+            summary="x",
+            start="2026-11-23T13:00:00Z",
+            end="2026-11-23T14:00:00Z",
+            stamp=WRITTEN,
+            attendees=[who],
+        )
+    with pytest.raises(BindingError, match="organizer"):
+        ics_event(
+            uid="u1",
+            summary="x",
+            start="2026-11-23T13:00:00Z",
+            end="2026-11-23T14:00:00Z",
+            stamp=WRITTEN,
+            organizer=who,
+        )
+
+
+def test_a_stamp_without_a_zone_is_refused() -> None:
+    with pytest.raises(BindingError, match="stamp"):
+        ics_event(
+            uid="u1",
+            summary="x",
+            start="2026-11-23T13:00:00Z",
+            end="2026-11-23T14:00:00Z",
+            stamp=datetime(2026, 11, 20, 9, 0),
+        )

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+from typing import Any
 
+import icalendar
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,9 +16,10 @@ from countersign.kernel import BindingError, PlanStep
 from countersign.registry import Registry
 
 BASE = {"caldav_base_url": "http://127.0.0.1:5232"}
+AT = datetime(2026, 11, 20, 9, 15, tzinfo=UTC)  # when a write is rendered to be sent
 
 
-def _create(**args: str) -> PlanStep:
+def _create(**args: Any) -> PlanStep:
     a = {
         "user": "alice@example.com",
         "uid": "01abc-5",
@@ -37,15 +41,38 @@ def _create(**args: str) -> PlanStep:
 
 def test_caldav_put_renders_url_and_ics(registry: Registry) -> None:
     s = _create()
-    data = render_data(resolve_step(s, registry), s.args, BASE)
+    data = render_data(resolve_step(s, registry), s.args, BASE, written_at=AT)
     assert data["url"] == "http://127.0.0.1:5232/alice@example.com/calendar/01abc-5.ics"
     assert "DTSTART:20261123T130000Z\r\nDTEND:20261123T133000Z" in data["body"]
+    assert "DTSTAMP:20261120T091500Z" in data["body"]
+    assert "ORGANIZER" not in data["body"] and "ATTENDEE" not in data["body"]
+
+
+def test_caldav_put_names_the_organizer_and_attendees(registry: Registry) -> None:
+    people = ["alice@example.com", "bob@example.com"]
+    s = _create(organizer="alice@example.com", attendees=people)
+    data = render_data(resolve_step(s, registry), s.args, BASE, written_at=AT)
+    (event,) = icalendar.Calendar.from_ical(data["body"]).walk("VEVENT")
+    assert isinstance(event, icalendar.Event)
+    assert str(event.organizer) == "mailto:alice@example.com"
+    assert [str(a) for a in event.attendees] == [f"mailto:{p}" for p in people]
+    stamp = event.DTSTAMP
+    assert stamp == AT
+
+
+def test_an_event_is_not_rendered_without_the_time_it_is_written(registry: Registry) -> None:
+    s = _create()
+    with pytest.raises(BindingError, match="written_at"):
+        render_data(resolve_step(s, registry), s.args, BASE)
+    with pytest.raises(BindingError, match="list of addresses"):
+        s = _create(attendees="bob@example.com")
+        render_data(resolve_step(s, registry), s.args, BASE, written_at=AT)
 
 
 @given(st.text(max_size=40))
 def test_ics_summary_cannot_inject_properties(title: str) -> None:
     text = ics_event(
-        uid="u1", summary=title, start="2026-11-23T13:00:00Z", end="2026-11-23T14:00:00Z"
+        uid="u1", summary=title, start="2026-11-23T13:00:00Z", end="2026-11-23T14:00:00Z", stamp=AT
     )
     lines = text.replace("\r\n ", "").split("\r\n")  # logical lines (RFC 5545 folds at 75 octets)
     assert lines[-1] == "" and lines[-2] == "END:VCALENDAR"
@@ -55,20 +82,20 @@ def test_ics_summary_cannot_inject_properties(title: str) -> None:
 
 def test_url_segments_are_encoded_and_dot_segments_refused(registry: Registry) -> None:
     s = _create(user="a/b c")
-    assert render_data(resolve_step(s, registry), s.args, BASE)["url"].startswith(
+    assert render_data(resolve_step(s, registry), s.args, BASE, written_at=AT)["url"].startswith(
         "http://127.0.0.1:5232/a%2Fb%20c/"
     )
     s = _create(user="..")
     with pytest.raises(BindingError, match="may not be"):
-        render_data(resolve_step(s, registry), s.args, BASE)
+        render_data(resolve_step(s, registry), s.args, BASE, written_at=AT)
 
 
 def test_bad_uid_and_missing_setting(registry: Registry) -> None:
     s = _create(uid="x\r\nATTENDEE:evil")
     with pytest.raises(BindingError, match="uid"):
-        render_data(resolve_step(s, registry), s.args, BASE)
+        render_data(resolve_step(s, registry), s.args, BASE, written_at=AT)
     with pytest.raises(BindingError, match="caldav_base_url"):
-        render_data(resolve_step(_create(), registry), _create().args, {})
+        render_data(resolve_step(_create(), registry), _create().args, {}, written_at=AT)
 
 
 def test_header_idempotency_key_is_rendered(registry: Registry) -> None:
@@ -132,3 +159,24 @@ def test_resolve_refs() -> None:
         resolve_refs(args, {1: {}, 2: {"busy": 1}}, {})
     with pytest.raises(BindingError, match="no 'start'"):
         resolve_refs(args, {1: {}, 2: {"busy": 1}}, {"gate-A": {}})
+
+
+def test_an_organizer_named_without_an_address_is_shown_on_the_sender_address(
+    registry: Registry,
+) -> None:
+    """The person asking may be a user name (``local``): the event names them as CN on the
+    deployment's sender address; with no sender configured it has no ORGANIZER, and the booking
+    is still written."""
+    s = _create(organizer="local", attendees=["bob@example.com"])
+    node = resolve_step(s, registry)
+    data = render_data(node, s.args, {**BASE, "smtp_from": "cs@example.com"}, written_at=AT)
+    (event,) = icalendar.Calendar.from_ical(data["body"]).walk("VEVENT")
+    assert isinstance(event, icalendar.Event)
+    assert str(event.organizer) == "mailto:cs@example.com"
+    assert event.organizer is not None and event.organizer.params["CN"] == "local"
+    (event,) = icalendar.Calendar.from_ical(
+        render_data(node, s.args, BASE, written_at=AT)["body"]
+    ).walk("VEVENT")
+    assert isinstance(event, icalendar.Event)
+    assert event.organizer is None
+    assert [str(a) for a in event.attendees] == ["mailto:bob@example.com"]

@@ -58,6 +58,19 @@ def test_meeting_parallel_reads_then_overlap_then_gate(registry: Registry) -> No
     assert plan.graph[3].role == "Resolver" and plan.graph[4].role == "Booker"
 
 
+def test_a_meeting_has_one_uid_in_every_calendar_and_a_key_per_write(registry: Registry) -> None:
+    """``$step.uid`` is one per template: the event written into each participant's calendar is
+    one meeting (one UID); the writes still differ (step, user), so each has its own idempotency
+    key ``plan_id:step:arg_hash``."""
+    plan = _plan(registry, "schedule_meeting")
+    creates = [s for s in plan.graph if s.call == "create_event"]
+    assert len(creates) == 2
+    assert {s.args["uid"] for s in creates} == {f"{plan.plan_id.lower()}-{creates[0].step}"}
+    assert {s.args["organizer"] for s in creates} == {plan.intent.user_id}
+    assert creates[0].step != creates[1].step
+    assert [s.args["user"] for s in creates] == plan.intent.entities["participants"]
+
+
 def test_shopping_has_two_gates(registry: Registry) -> None:
     plan = _plan(registry, "purchase_item")
     assert _ops(plan) == [

@@ -4,6 +4,7 @@ keeps mails."""
 from __future__ import annotations
 
 import smtplib
+from datetime import UTC, datetime
 from email.message import EmailMessage
 
 import httpx
@@ -22,7 +23,11 @@ def test_radicale_calendar_roundtrip(radicale: Radicale) -> None:
     assert ics_busy(text) == [["2026-11-23T13:00:00Z", "2026-11-23T14:00:00Z"]]
     # If-None-Match: * refuses to overwrite: the natural idempotency of create_event
     ics = ics_event(
-        uid="e1", summary="again", start="2026-11-24T13:00:00Z", end="2026-11-24T14:00:00Z"
+        uid="e1",
+        summary="again",
+        start="2026-11-24T13:00:00Z",
+        end="2026-11-24T14:00:00Z",
+        stamp=datetime(2026, 11, 20, 9, 0, tzinfo=UTC),
     )
     r = httpx.put(
         radicale.calendar_url("erin@example.com") + "e1.ics",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,9 @@ def test_person_text_never_reaches_an_expression(registry: Registry, hostile: st
     create = next(s for s in plan.graph if s.call == "create_event")
     node = resolve_step(create, registry)
     args = {**create.args, "start": "2026-11-23T13:00:00Z", "end": "2026-11-23T13:30:00Z"}
-    data = render_data(node, args, {"caldav_base_url": "http://127.0.0.1:1"})
+    data = render_data(
+        node, args, {"caldav_base_url": "http://127.0.0.1:1"}, written_at=datetime.now(UTC)
+    )
     assert "SUMMARY:" in data["body"]
 
 

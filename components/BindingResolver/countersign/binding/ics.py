@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -33,7 +33,7 @@ import recurring_ical_events
 
 from countersign.kernel import BindingError
 
-__all__ = ["CalendarError", "CalendarWindowError", "ics_busy", "ics_event"]
+__all__ = ["CalendarError", "CalendarWindowError", "ics_busy", "ics_event", "is_address"]
 
 #: Wide enough that a floating time or an all-day date read in any zone (offsets lie within
 #: ±26 h of UTC) is in the library's candidate set; the exact window is applied afterwards.
@@ -41,6 +41,10 @@ _MARGIN = timedelta(days=2)
 #: The earliest instant asked of the library when the window has no start.
 _EARLIEST = datetime(1, 1, 3, tzinfo=UTC)
 _UID = re.compile(r"[A-Za-z0-9._@-]{1,200}")
+#: an e-mail address as ORGANIZER/ATTENDEE take it: local@domain, no space, quote, bracket,
+#: separator or control character (RFC 5545 CAL-ADDRESS is a URI; these keep it one)
+_NAME = re.compile(r"[A-Za-z0-9._@+-]{1,128}")  # a user name (Api: users) as a CN parameter
+_MAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9.-]{1,253}")
 #: Errors the two libraries raise for content they cannot read (their own errors subclass
 #: ValueError; a missing DTSTART inside the expansion surfaces as KeyError).
 _LIBRARY_ERRORS = (ValueError, KeyError, TypeError, OverflowError)
@@ -296,24 +300,68 @@ def _text(value: str) -> str:
     )
 
 
-def ics_event(*, uid: str, summary: str, start: str, end: str) -> str:
+def ics_event(
+    *,
+    uid: str,
+    summary: str,
+    start: str,
+    end: str,
+    stamp: datetime,
+    organizer: str | None = None,
+    organizer_name: str | None = None,
+    attendees: Sequence[str] = (),
+) -> str:
     """A one-event VCALENDAR in UTC, written by ``icalendar`` (escaping, 75-octet folding, CRLF).
 
+    What RFC 5545 and a calendar client expect of a meeting: ``uid`` is the meeting's (the same
+    in every attendee's calendar), ``DTSTAMP`` is ``stamp`` — when the event is written, passed in
+    by the runtime that writes it (this module reads no clock) — ``ORGANIZER`` is
+    ``mailto:<organizer>`` (with ``CN=<organizer_name>`` when given and made of
+    ``[A-Za-z0-9._@+-]``, else without) and each of ``attendees`` (duplicates dropped, order kept) is an
+    ``ATTENDEE`` (``ROLE=REQ-PARTICIPANT``; ``PARTSTAT=ACCEPTED`` for the organizer, who asked
+    for the meeting, ``NEEDS-ACTION`` for the others). No ``METHOD``: a stored calendar object
+    may not carry one (RFC 4791 §4.1).
+
     Raises:
-        BindingError: the UID has characters outside ``[A-Za-z0-9._@-]``, or a time is not an
-            aware ISO 8601 date-time.
+        BindingError: the UID has characters outside ``[A-Za-z0-9._@-]``, a time is not an
+            aware ISO 8601 date-time (``stamp`` included), or an address is not a plain e-mail
+            address.
     """
     if not _UID.fullmatch(uid):
         raise BindingError(f"event uid {uid!r} has characters outside [A-Za-z0-9._@-]")
-    begin = _utc(start, "start")
+    if stamp.tzinfo is None:
+        raise BindingError("event stamp: date-time needs a time zone")
     event = icalendar.Event()
     event.add("UID", uid)
-    event.add("DTSTAMP", begin)
-    event.add("DTSTART", begin)
+    event.add("DTSTAMP", stamp.astimezone(UTC).replace(microsecond=0))
+    event.add("DTSTART", _utc(start, "start"))
     event.add("DTEND", _utc(end, "end"))
     event.add("SUMMARY", _text(summary))
+    if organizer is not None:
+        chair = _address(organizer, "organizer")
+        if organizer_name is not None and _NAME.fullmatch(organizer_name):
+            chair.params["CN"] = organizer_name
+        event.add("ORGANIZER", chair)
+    for who in dict.fromkeys(attendees):
+        address = _address(who, "attendee")
+        address.params["ROLE"] = "REQ-PARTICIPANT"
+        address.params["PARTSTAT"] = "ACCEPTED" if who == organizer else "NEEDS-ACTION"
+        event.add("ATTENDEE", address)
     cal = icalendar.Calendar()
     cal.add("VERSION", "2.0")
     cal.add("PRODID", "-//Countersign//EN")
     cal.add_component(event)
     return bytes(cal.to_ical(sorted=False)).decode("utf-8")
+
+
+def is_address(value: object) -> bool:
+    """Whether ``value`` is an e-mail address ``ics_event`` takes as ORGANIZER or ATTENDEE."""
+    return isinstance(value, str) and _MAIL.fullmatch(value) is not None
+
+
+def _address(value: str, name: str) -> icalendar.vCalAddress:
+    """``mailto:<value>`` for a plain e-mail address (nothing a reader could take for another
+    parameter, property or URI part)."""
+    if not _MAIL.fullmatch(value):
+        raise BindingError(f"event {name} {value!r} is not a plain e-mail address")
+    return icalendar.vCalAddress(f"mailto:{value}")

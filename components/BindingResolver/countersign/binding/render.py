@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 from countersign.kernel import BindingError
 
 from .core import BoundNode
-from .ics import ics_busy, ics_event
+from .ics import ics_busy, ics_event, is_address
 
 __all__ = ["idempotency_header_path", "normalize_output", "render_data"]
 
@@ -31,6 +32,7 @@ def render_data(
     settings: Mapping[str, str],
     *,
     idempotency_key: str | None = None,
+    written_at: datetime | None = None,
 ) -> dict[str, Any]:
     """Values for every data-bound parameter path of ``node``.
 
@@ -39,6 +41,9 @@ def render_data(
         args: the step's args with references already resolved to values.
         settings: deployment settings (base URLs, sender address).
         idempotency_key: the write's key; required when the op sends it as a header.
+        written_at: when the write is rendered to be sent (the runtime's clock, read by the
+            caller: this module reads none); required by an ``ics_event`` value, whose DTSTAMP
+            it is. Not an argument, so not in the idempotency key's hash.
 
     Raises:
         BindingError: a value is missing or unusable (names the step and the parameter).
@@ -56,7 +61,7 @@ def render_data(
         elif b.kind == "fn":
             values = {k: args.get(src) for k, src in b.fn_args.items()}
             if b.fn == "ics_event":
-                out[path] = ics_event(**{k: str(v) for k, v in values.items()})
+                out[path] = _event(values, settings, written_at, where)
             elif b.fn == "json_body":
                 # an optional arg the step does not give is left out, not sent as null
                 given = {k: v for k, v in values.items() if b.fn_args[k] in args}
@@ -90,6 +95,40 @@ def _header_value_path(node: BoundNode, name: str) -> str:
             return f"headerParameters.parameters[{i}].value"
     raise BindingError(
         f"step {node.step}: the registry declares no {name!r} header to carry the key"
+    )
+
+
+def _event(
+    values: Mapping[str, Any],
+    settings: Mapping[str, str],
+    written_at: datetime | None,
+    where: str,
+) -> str:
+    """The iCalendar text of ``ics_event`` from the op's ``fn_args`` values: ``uid``,
+    ``summary``, ``start``, ``end`` (text), optional ``organizer`` and ``attendees`` (a list of
+    addresses); an optional arg the step does not give is None.
+
+    The organizer is the person asking, by their user name: an e-mail address is the ORGANIZER
+    as it is; another name (``local``) is written as ``CN=<name>`` on the deployment's sender
+    address (setting ``smtp_from``), or leaves the event without ORGANIZER when there is none —
+    a booking does not fail for want of an address."""
+    if written_at is None:
+        raise BindingError(f"{where}: an event needs the time it is written (written_at)")
+    attendees = values.get("attendees")
+    if attendees is not None and not isinstance(attendees, list | tuple):
+        raise BindingError(f"{where}: event attendees must be a list of addresses")
+    organizer = values.get("organizer")
+    name: str | None = None
+    if organizer is not None and not is_address(organizer):
+        name = str(organizer)
+        sender = settings.get("smtp_from")
+        organizer = sender if is_address(sender) else None
+    return ics_event(
+        **{k: str(values.get(k)) for k in ("uid", "summary", "start", "end")},
+        stamp=written_at,
+        organizer=None if organizer is None else str(organizer),
+        organizer_name=name,
+        attendees=[str(a) for a in attendees or ()],
     )
 
 

@@ -387,6 +387,7 @@ class Executor:
             settings=self.settings,
             credentials=self.credentials,
             choices=choices,  # filled in as gates are passed
+            clock=self.clock,  # an event's DTSTAMP: when it is written
         )
         return Run(verified, runner, outputs, choices, user_id)
 

@@ -385,7 +385,8 @@ def _gate_summary(covered: list[_Proto], number: Mapping[str, int]) -> str:
 # ---- numbering -------------------------------------------------------------------------------
 def _number(ordered: list[_Proto], plan_id: str, intent: str) -> list[PlanStep]:
     """The ordered proto-steps as numbered plan steps: references and ``$step.uid`` resolved with
-    the final numbers, each gate's args the summary of the writes it covers (Planner LLD §4)."""
+    the final numbers (one uid per step template: every item of a ``foreach`` shares its first
+    step's), each gate's args the summary of the writes it covers (Planner LLD §4)."""
     number = {p.key: i + 1 for i, p in enumerate(ordered)}
     by_template: dict[str, list[str]] = {}
     for p in ordered:
@@ -400,7 +401,7 @@ def _number(ordered: list[_Proto], plan_id: str, intent: str) -> list[PlanStep]:
             args = {"summary": _gate_summary(covered, number)}
         else:
             ctx = _RefContext(
-                step=number[p.key],
+                uid_step=number[by_template[p.template][0]],
                 plan_id=plan_id,
                 number=number,
                 by_template=by_template,
@@ -428,7 +429,8 @@ def _number(ordered: list[_Proto], plan_id: str, intent: str) -> list[PlanStep]:
 # ---- references -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _RefContext:
-    step: int
+    #: the number ``$step.uid`` is made of: the first step of the template (Planner SPEC)
+    uid_step: int
     plan_id: str
     number: Mapping[str, int]
     by_template: Mapping[str, list[str]]
@@ -439,7 +441,7 @@ class _RefContext:
 
 def _resolve_refs(v: Any, ctx: _RefContext) -> Any:
     if isinstance(v, str) and v == "$step.uid":
-        return f"{ctx.plan_id.lower()}-{ctx.step}"
+        return f"{ctx.plan_id.lower()}-{ctx.uid_step}"
     if isinstance(v, dict):
         if set(v) == {"$ref"} and isinstance(v["$ref"], str):
             return _ref(v["$ref"], ctx)

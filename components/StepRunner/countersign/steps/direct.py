@@ -18,13 +18,20 @@ from __future__ import annotations
 import smtplib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 
 import httpx
 
 from countersign.binding import normalize_output, render_data, resolve_step
-from countersign.kernel import BindingError, CountersignError, PlanStep, content_hash
+from countersign.kernel import (
+    BindingError,
+    CountersignError,
+    PlanStep,
+    content_hash,
+    system_clock,
+)
 from countersign.registry import Registry
 
 from .http import HttpCall, http_call, send
@@ -56,6 +63,8 @@ class DirectSender:
     client: httpx.Client = field(default_factory=_client)
     #: opens the SMTP connection (host, port, timeout=); a test may pass another
     smtp: Callable[..., smtplib.SMTP] = smtplib.SMTP
+    #: when a write is built to be sent (an event's DTSTAMP: ``render_data``'s ``written_at``)
+    clock: Callable[[], datetime] = system_clock
 
     async def prepare_write(self, write: Write, key: str) -> DirectSend:
         """Build the request (any error here: nothing was sent); the one send."""
@@ -76,7 +85,8 @@ class DirectSender:
         if node.node_type == "n8n-nodes-base.emailSend":
             msg = self._email(args, key)
             return lambda: self._send_mail(msg)
-        req = http_call(node, render_data(node, args, self.settings, idempotency_key=key))
+        data = render_data(node, args, self.settings, idempotency_key=key, written_at=self.clock())
+        req = http_call(node, data)
         output = self.registry.op(step.uses, step.call).output
         return lambda: self._send_http(req, output, args)
 

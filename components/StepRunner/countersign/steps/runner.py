@@ -21,12 +21,13 @@ import functools
 import ssl
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 import httpx
 
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
-from countersign.kernel import CountersignError, Plan, PlanStep
+from countersign.kernel import CountersignError, Plan, PlanStep, system_clock
 from countersign.n8n import N8nApiError, N8nUnavailableError
 from countersign.registry import Registry
 from countersign.workflowbuilder import (
@@ -188,6 +189,8 @@ class N8nStepRunner:
     #: send the reads of one op that are ready together as one n8n execution (a preview's
     #: runner; ``read_only`` required: a batch workflow is checked like any other)
     batch_reads: bool = False
+    #: when a step is rendered to be sent (an event's DTSTAMP: ``render_data``'s ``written_at``)
+    clock: Callable[[], datetime] = system_clock
     _paths: dict[tuple[str, str], str] = field(default_factory=dict)
     _batch_paths: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
     _waiting: dict[tuple[str, str], list[_Waiting]] = field(default_factory=dict, init=False)
@@ -207,7 +210,9 @@ class N8nStepRunner:
             path = self._paths[(step.uses, step.call)] = wf.path
         args = resolve_refs(step.args, outputs, self.choices)
         node = resolve_step(step, self.registry)
-        data = render_data(node, args, self.settings, idempotency_key=idempotency_key)
+        data = render_data(
+            node, args, self.settings, idempotency_key=idempotency_key, written_at=self.clock()
+        )
         body = {
             "data": data,
             "args": args,
