@@ -29,7 +29,7 @@ from countersign.kernel import system_clock
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
 
-from countersign.approvals import Approvals
+from countersign.approvals import Approvals, token_hash
 from countersign.durable import (
     ApproveGate,
     DurableActivities,
@@ -224,10 +224,19 @@ async def main_async(idle: int, cache: int) -> None:
                     )
                     .token
                 )
+                # spent where it arrives (as the API does); the run is told its hash
+                Approvals(db, clock=system_clock).redeem(
+                    token,
+                    plan_id=d["plan"]["plan_id"],
+                    plan_hash=d["plan_hash"],
+                    gate_id="gate-A",
+                    user_id="alice@example.com",
+                )
                 posts = len(POSTS)
                 t0 = time.perf_counter()
                 await h.execute_update(
-                    WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+                    WatcherWorkflow.approve_gate,
+                    ApproveGate(gate_id="gate-A", approval=token_hash(token)),
                 )
                 await h.result()
                 lat.append((time.perf_counter() - t0) * 1000)

@@ -47,7 +47,7 @@ from temporalio.client import WorkflowHandle
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, summary
 
-from countersign.approvals import Approvals
+from countersign.approvals import Approvals, token_hash
 from countersign.durable import (
     ApproveGate,
     DurableActivities,
@@ -393,10 +393,19 @@ async def bench(a: argparse.Namespace) -> list[str]:
                 ttl_s=300,
                 choice={"slot": {"id": "s1"}},
             ).token
+            # spent where it arrives (as the API does); the run is told its hash
+            approvals.redeem(
+                token,
+                plan_id=d["plan"]["plan_id"],
+                plan_hash=d["plan_hash"],
+                gate_id="gate-A",
+                user_id=USER,
+            )
             posts = len(POSTS)
             t0 = time.perf_counter()
             await h.execute_update(
-                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+                WatcherWorkflow.approve_gate,
+                ApproveGate(gate_id="gate-A", approval=token_hash(token)),
             )
             r = await h.result()
             to_end.append((time.perf_counter() - t0) * 1000)

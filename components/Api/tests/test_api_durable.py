@@ -5,6 +5,7 @@ workflow its update → booked once, mail sent; reject and cancel reach the runn
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 
 from countersign.api.testing import ALICE, ApiHarness, harness
+from countersign.approvals import token_hash
 from countersign.durable import (
     DurableActivities,
     EncryptionCodec,
@@ -148,8 +150,30 @@ def test_visa_watcher_over_http_books_once(
 ) -> None:
     sandbox.appear_after = 3
     smtp_server.messages.clear()
-    wid = _run(watching, sandbox, smtp_server, temporal, codec)
+    wid, token = _run(watching, sandbox, smtp_server, temporal, codec)
     _no_address_in_clear(temporal, wid, codec)
+    _no_token_in_history(temporal, wid, codec, token)
+
+
+def _no_token_in_history(temporal: str, wid: str, codec: EncryptionCodec, token: str) -> None:
+    """The approval token was spent by the API where it arrived: no payload of the run's history,
+    decoded with the project's codec (update arguments, activity inputs and results), holds it;
+    the approve update names the spent token's hash."""
+
+    async def history() -> Any:
+        return await (await connect(temporal)).get_workflow_handle(wid).fetch_history()
+
+    raw = asyncio.run(history())
+    decoded = asyncio.run(codec.decode([p for e in raw.events for p in _payloads(e)]))
+    assert len(decoded) > 10 and token.startswith("cst_")
+    assert not [p for p in decoded if token.encode() in p.data or token[4:].encode() in p.data]
+    updates = [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.args
+        for e in raw.events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    (arg,) = asyncio.run(codec.decode(list(updates[0].payloads)))
+    assert json.loads(arg.data)["approval"] == token_hash(token)
 
 
 def _no_address_in_clear(temporal: str, wid: str, codec: EncryptionCodec) -> None:
@@ -203,7 +227,7 @@ def _payloads(msg: Message) -> Iterator[Payload]:
 
 def _run(
     api: ApiHarness, sandbox: VisaSandbox, smtp: SmtpSink, temporal: str, codec: EncryptionCodec
-) -> str:
+) -> tuple[str, str]:
     with api.client() as alice:
         body = alice.post("/v1/intents", json=_watch()).json()
         plan_id = body["plan_id"]
@@ -255,7 +279,7 @@ def _run(
             e["kind"] for e in alice.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
         ]
         assert "handed_off" in kinds and "gate_approved" in kinds
-        return str(wid)
+        return str(wid), str(ok.json()["token"])
 
 
 def test_cancel_reaches_a_running_watcher(

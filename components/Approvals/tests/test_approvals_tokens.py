@@ -13,6 +13,7 @@ from countersign.approvals import (
     ApprovalError,
     Approvals,
     GateDecidedError,
+    GateRejectedError,
     TokenExpiredError,
     TokenGateMismatchError,
     TokenPlanMismatchError,
@@ -20,6 +21,7 @@ from countersign.approvals import (
     TokenScopeError,
     TokenUnknownError,
     TokenUserMismatchError,
+    token_hash,
 )
 from countersign.audit import AuditLog
 from countersign.kernel import InputError, system_clock
@@ -182,3 +184,54 @@ def test_a_token_lives_no_longer_than_the_policy_or_the_plan(db: Database) -> No
         _redeem(a, token)
     with db.tx() as c:
         assert c.execute(text("SELECT count(*) FROM approval_tokens")).scalar_one() == 1
+
+
+def test_a_redeemed_approval_is_confirmed_by_its_token_hash_only(db: Database) -> None:
+    """What a workflow gets instead of the token (SPEC §3a): the token's hash stands for the
+    approval only once the token was spent, for exactly its plan hash, gate and user, within its
+    lifetime, while the gate is that person's approval; every refusal is audited."""
+    clock = Clock()
+    a = Approvals(db, clock=clock)
+    token = _issue(a, ttl_s=60)
+    ref = token_hash(token)
+    keys: dict[str, Any] = {"plan_id": PLAN, "plan_hash": H1, "gate_id": "gate-A"}
+    with pytest.raises(TokenUnknownError, match="not redeemed"):  # unspent: proves nothing
+        a.redeemed(ref, user_id="alice", **keys)
+    _redeem(a, token)
+    assert a.redeemed(ref, user_id="alice", **keys).choice == {"start": "S"}
+    with pytest.raises(TokenUserMismatchError):
+        a.redeemed(ref, user_id="mallory", **keys)
+    with pytest.raises(TokenPlanMismatchError):
+        a.redeemed(ref, user_id="alice", **{**keys, "plan_hash": H2})
+    with pytest.raises(TokenGateMismatchError):
+        a.redeemed(ref, user_id="alice", **{**keys, "gate_id": "gate-B"})
+    with pytest.raises(TokenUnknownError):
+        a.redeemed("0" * 64, user_id="alice", **keys)
+    with pytest.raises(InputError, match="64 hex"):
+        a.redeemed(token, user_id="alice", **keys)  # the token itself is not a reference
+    clock.now += timedelta(seconds=61)
+    with pytest.raises(TokenExpiredError, match="reached the run after"):
+        a.redeemed(ref, user_id="alice", **keys)
+    with db.tx() as c:
+        reasons = [
+            r.reason
+            for r in c.execute(
+                text("SELECT reason FROM audit_log WHERE kind = 'token_refused' ORDER BY seq")
+            )
+        ]
+    assert reasons == [
+        "token_unknown",
+        "token_wrong_user",
+        "token_wrong_plan",
+        "token_wrong_gate",
+        "token_unknown",
+        "token_expired",
+    ]
+    # a gate rejected: its tokens never redeem, so their hashes never stand for an approval
+    clock.now -= timedelta(seconds=61)
+    b = _issue(a, gate_id="gate-B")
+    a.reject(plan_id=PLAN, plan_hash=H1, gate_id="gate-B", user_id="alice")
+    with pytest.raises(GateRejectedError):
+        _redeem(a, b, gate_id="gate-B")
+    with pytest.raises(TokenUnknownError, match="not redeemed"):
+        a.redeemed(token_hash(b), user_id="alice", **{**keys, "gate_id": "gate-B"})

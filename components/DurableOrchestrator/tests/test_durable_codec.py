@@ -19,10 +19,9 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from countersign.approvals import Approvals
+from countersign.approvals import Approvals, token_hash
 from countersign.durable import (
     TASK_QUEUE,
-    ApproveGate,
     DurableActivities,
     EncryptionCodec,
     PayloadKeys,
@@ -30,6 +29,7 @@ from countersign.durable import (
     PayloadTamperedError,
     WatcherWorkflow,
     WatchInput,
+    approval_for,
     payload_codec,
     replayer,
     rotate_payload_key,
@@ -47,7 +47,7 @@ from countersign.durable.testing import (  # noqa: F401  (fixture)
     sandbox_fixture,
     time_skipping_worker,
 )
-from countersign.kernel import Intent, KeyRingError, Policy, system_clock
+from countersign.kernel import Intent, KeyRingError, Policy, SignedPlan, system_clock
 from countersign.planner.testing import signed_plan
 from countersign.registry import Registry
 from countersign.sandbox import SmtpSink, VisaSandbox
@@ -281,9 +281,21 @@ def test_a_watcher_history_holds_no_clear_data(
                 ttl_s=300,
                 choice={"slot": {"id": "slot-1"}},
             )
+            # spent where it arrives (as the API does): the run is told the token's hash only
+            signed = SignedPlan.model_validate(doc)
             await handle.execute_update(
-                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token.token)
+                WatcherWorkflow.approve_gate,
+                approval_for(
+                    Approvals(db, clock=system_clock),
+                    token.token,
+                    plan=signed.plan,
+                    plan_hash=signed.plan_hash,
+                    gate_id="gate-A",
+                    user_id=ALICE,
+                    registry=registry,
+                ),
             )
+            tokens.append(token.token)
             result = await handle.result()
             # a client of the same server WITHOUT the codec: what the Temporal UI and its
             # database hold
@@ -297,7 +309,8 @@ def test_a_watcher_history_holds_no_clear_data(
                 await bare.get_workflow_handle(handle.id).result()
             return result, raw, await handle.fetch_history()
 
-    result, raw, _ = asyncio.run(go())
+    tokens: list[str] = []
+    result, raw, fetched = asyncio.run(go())
     assert result.status == "booked"
     # every payload but the SDK's own patch markers (``{"id": "finish-plan-v1", …}``, written by
     # the SDK core below the data converter) is sealed; none holds a person's data in clear
@@ -326,3 +339,18 @@ def test_a_watcher_history_holds_no_clear_data(
     assert back.user_id == ALICE and back.signed.to_json()["signature"] == doc["signature"]
     # the sealed history replays with a codec-enabled replayer
     asyncio.run(replayer(codec=codec).replay_workflow(raw))
+    # no approval token entered the history, not even sealed: every payload decoded with the
+    # project's codec (update arguments, activity inputs and results) lacks it
+    decoded = asyncio.run(codec.decode([p for e in raw.events for p in _payloads(e)]))
+    assert tokens and len(decoded) > 10
+    assert not [p for p in decoded if tokens[0].encode() in p.data]
+    assert tokens[0] not in fetched.to_json()
+    accepted = [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.args
+        for e in raw.events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    assert len(accepted) == 1  # the approval names the spent token's hash
+    (arg,) = asyncio.run(codec.decode(list(accepted[0].payloads)))
+    sent = json.loads(arg.data)
+    assert sent["approval"] == token_hash(tokens[0]) and sent.get("token") is None

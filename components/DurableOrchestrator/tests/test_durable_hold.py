@@ -28,6 +28,7 @@ from countersign.durable import (
     ApproveGate,
     RejectGate,
     WatcherWorkflow,
+    approval_for,
     replayer,
     watch_input_for,
 )
@@ -37,7 +38,7 @@ from countersign.durable.testing import (  # noqa: F401  (fixture)
     time_skipping_worker,
     until,
 )
-from countersign.kernel import Intent, Policy, system_clock
+from countersign.kernel import Intent, Policy, SignedPlan, system_clock
 from countersign.planner.testing import signed_plan
 from countersign.registry import Registry
 from countersign.sandbox import SmtpSink, VisaSandbox
@@ -200,12 +201,20 @@ def test_found_held_noticed_then_approved_booked_once(
         latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
         with pytest.raises(WorkflowUpdateFailedError):  # the booking gate is gate-B
             await latest.execute_update(
-                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token="x" * 20)
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", approval="0" * 64)
             )
         token = _approve(db, doc, "gate-B", {"slot": st.found})
-        await latest.execute_update(
-            WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-B", token=token)
+        signed = SignedPlan.model_validate(doc)
+        gate = approval_for(  # spent where it arrives, as the API does: the run gets its hash
+            Approvals(db, clock=system_clock),
+            token,
+            plan=signed.plan,
+            plan_hash=signed.plan_hash,
+            gate_id="gate-B",
+            user_id=USER,
+            registry=registry,
         )
+        await latest.execute_update(WatcherWorkflow.approve_gate, gate)
         return await latest.result()
 
     result = _run(db, registry, keyring, sandbox, smtp_server, body)

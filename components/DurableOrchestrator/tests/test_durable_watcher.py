@@ -34,7 +34,7 @@ from temporalio.client import (
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 
-from countersign.approvals import Approvals
+from countersign.approvals import Approvals, TokenExpiredError, token_hash
 from countersign.audit import AuditLog
 from countersign.durable import (
     TASK_QUEUE,
@@ -46,6 +46,7 @@ from countersign.durable import (
     ResolveStep,
     WatcherWorkflow,
     WatchInput,
+    approval_for,
     make_worker,
     replayer,
 )
@@ -175,6 +176,23 @@ def _token(db: Database, doc: dict[str, Any], **kw: Any) -> str:
     return _issued(db, doc, **kw).token
 
 
+def _approval(
+    db: Database, doc: dict[str, Any], registry: Registry, token: str | None = None
+) -> ApproveGate:
+    """Spend a token (``_token``'s by default) where it arrives, as the API does; the update
+    that tells the run (the spent token's hash, never the token)."""
+    signed = SignedPlan.model_validate(doc)
+    return approval_for(
+        Approvals(db, clock=system_clock),
+        token or _token(db, doc),
+        plan=signed.plan,
+        plan_hash=signed.plan_hash,
+        gate_id="gate-A",
+        user_id="alice@example.com",
+        registry=registry,
+    )
+
+
 def _issued(db: Database, doc: dict[str, Any], **kw: Any) -> ApprovalToken:
     args: dict[str, Any] = {
         "plan_id": doc["plan"]["plan_id"],
@@ -213,12 +231,10 @@ def test_seven_days_then_slot_approved_booked_once(
         latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
         with pytest.raises(WorkflowUpdateFailedError):  # a wrong gate is refused by the validator
             await latest.execute_update(
-                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-B", token="x" * 20)
+                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-B", approval="0" * 64)
             )
         assert (
-            await latest.execute_update(
-                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
-            )
+            await latest.execute_update(WatcherWorkflow.approve_gate, _approval(db, doc, registry))
             == "approved"
         )
         result = await latest.result()
@@ -263,7 +279,8 @@ def test_rejected_gate_books_nothing(
         )
         with pytest.raises(WorkflowUpdateFailedError):  # decided once
             await latest.execute_update(
-                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+                WatcherWorkflow.approve_gate,
+                ApproveGate(gate_id="gate-A", approval=token_hash(token)),
             )
         result = await latest.result()
         await _replay(env, handle.id)
@@ -289,10 +306,18 @@ def test_expired_token_is_refused_then_cancel(
         token = issued.token
         # the ledger's clock is the real one: wait until it has passed the token's expiry
         await until(lambda: system_clock() > issued.exp, timeout=5, what="the token expired")
-        with pytest.raises(WorkflowUpdateFailedError):
+        # refused where the token arrives (audited), so nothing reaches the run
+        with pytest.raises(TokenExpiredError):
+            _approval(db, doc, registry, token)
+        # and a token sent to the run itself is refused before it is recorded: tokens never
+        # enter a workflow's history
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
             await latest.execute_update(
                 WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
             )
+        assert "redeemed where they arrive" in str(refused.value.cause)
+        history = await latest.fetch_history()
+        assert token.encode() not in history.to_json().encode()
         st = await latest.query(WatcherWorkflow.status)
         assert (
             st is not None and st.status == "waiting_approval"
@@ -579,9 +604,7 @@ def test_real_dev_server_restart_keeps_the_watcher(
                 what="waiting_approval after the restart",
             )
             assert st.polls > before
-            await handle.execute_update(
-                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
-            )
+            await handle.execute_update(WatcherWorkflow.approve_gate, _approval(db, doc, registry))
             return await handle.result()
 
         result = asyncio.run(phase(second))
@@ -630,9 +653,7 @@ def test_execute_hands_durable_plans_to_temporal_once(
         # the plan's own budget came from the signed args (policy default: 900 s interval)
         st = await handle.query(WatcherWorkflow.status)
         assert st is not None and st.poll_interval_s == 900
-        await handle.execute_update(
-            WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
-        )
+        await handle.execute_update(WatcherWorkflow.approve_gate, _approval(db, doc, registry))
         return await handle.result()
 
     result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
@@ -735,7 +756,7 @@ def test_worker_sigkill_and_approval_while_no_worker_runs(
             approval = asyncio.create_task(
                 handle.execute_update(
                     WatcherWorkflow.approve_gate,
-                    ApproveGate(gate_id="gate-A", token=_token(db, doc)),
+                    _approval(db, doc, registry),
                 )
             )
             with pytest.raises(TimeoutError):  # nobody to run it yet: not answered within 2 s
@@ -845,7 +866,7 @@ def test_plan_interpreter_parallel_reads_gate_write_notify(
             choice={"consulate": "porto", "slot": {"id": "slot-1"}},
         )
         await handle.execute_update(
-            PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+            PlanExecutionWorkflow.approve_gate, _approval(db, doc, registry, token)
         )
         result = await handle.result()
         # recorded on the shared scheduler (one-scheduler-v1); plan_completed_finish_v1.json
@@ -889,7 +910,7 @@ def test_plan_saga_compensates_the_booking_when_the_mail_fails(
             choice={"consulate": "lisbon", "slot": {"id": "slot-1"}},
         )
         await handle.execute_update(
-            PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+            PlanExecutionWorkflow.approve_gate, _approval(db, doc, registry, token)
         )
         result = await handle.result()
         await _replay(env, handle.id, "plan_saga_one_scheduler_v1.json")
@@ -938,9 +959,7 @@ def test_watcher_unknown_booking_outcome_waits_for_a_person(
         handle = await _start(env, doc)
         await _until(env, handle, "waiting_approval", step_h=1)
         latest = env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id)
-        await latest.execute_update(
-            WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
-        )
+        await latest.execute_update(WatcherWorkflow.approve_gate, _approval(db, doc, registry))
         st = await _until_unknown(latest, WatcherWorkflow.status)
         assert st.unknown_step == 3
         await env.sleep(timedelta(days=3))  # time passes: still no blind retry
@@ -1003,7 +1022,7 @@ def test_plan_unknown_write_resolved_as_failed_is_sent_again_once(
             choice={"consulate": "lisbon", "slot": {"id": "slot-1"}},
         )
         await handle.execute_update(
-            PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+            PlanExecutionWorkflow.approve_gate, _approval(db, doc, registry, token)
         )
         st = await _until_unknown(handle, PlanExecutionWorkflow.status)
         assert st["4"] == "outcome_unknown" and st["5"] == "pending"
@@ -1113,9 +1132,7 @@ def test_worker_sigkill_mid_write_effect_happens_once(
                 await until(lambda: _status_if(handle, "waiting_approval"), timeout=30)
             except AssertionError as e:
                 raise AssertionError((tmp_path / "worker.log").read_text()[-2000:]) from e
-            await handle.execute_update(
-                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
-            )
+            await handle.execute_update(WatcherWorkflow.approve_gate, _approval(db, doc, registry))
             assert await asyncio.to_thread(sandbox.post_seen.wait, 30)
             first.send_signal(signal.SIGKILL)  # the booking is made; its answer is in flight
             first.wait(10)
@@ -1510,9 +1527,7 @@ def test_the_temporal_ui_shows_what_a_watcher_does_on_a_dev_server(
                 f"**waiting_approval** · polls 2 · last {_utc(st.last_poll_at)} · next — · "
                 f"found `{found}`"
             )
-            await handle.execute_update(
-                WatcherWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=_token(db, doc))
-            )
+            await handle.execute_update(WatcherWorkflow.approve_gate, _approval(db, doc, registry))
             result = await handle.result()
             assert result.status == "booked"
             assert await _current_details(handle) == (
@@ -1523,7 +1538,7 @@ def test_the_temporal_ui_shows_what_a_watcher_does_on_a_dev_server(
                 "verify the signed plan",
                 "poll 1: step 1",
                 "poll 2: step 1",
-                "gate-A: redeem the person's approval",
+                "gate-A: confirm the person's approval",
                 "write step 3 (visa.sandbox.book_slot) · approved at gate-A",
                 "write step 4 (smtp.send) · approved at gate-A",
                 "record the outcome: booked",
@@ -1586,7 +1601,7 @@ def test_the_temporal_ui_shows_what_a_plan_run_does_on_a_dev_server(
                 choice={"consulate": "porto", "slot": {"id": "slot-1"}},
             )
             await handle.execute_update(
-                PlanExecutionWorkflow.approve_gate, ApproveGate(gate_id="gate-A", token=token)
+                PlanExecutionWorkflow.approve_gate, _approval(db, doc, registry, token)
             )
             assert (await handle.result()).status == "completed"
             assert await _current_details(handle) == "**completed** · done 5/5"
@@ -1595,7 +1610,7 @@ def test_the_temporal_ui_shows_what_a_plan_run_does_on_a_dev_server(
                 "verify the signed plan",
                 "read step 1 (visa.sandbox.find_slots)",
                 "read step 2 (visa.sandbox.find_slots)",
-                "gate-A: redeem the person's approval",
+                "gate-A: confirm the person's approval",
                 "write step 4 (visa.sandbox.book_slot) · approved at gate-A",
                 "write step 5 (smtp.send) · approved at gate-A",
                 "record the outcome: completed",

@@ -28,7 +28,7 @@ from .errors import (
 )
 from .ledger import REDEEM, GateKey, Redemption, decision_row, hash_of, refusal_row
 
-__all__ = ["refused", "spend_in"]
+__all__ = ["confirm_in", "refused", "spend_in"]
 
 
 def spend_in(
@@ -85,6 +85,55 @@ def spend_in(
     refusal = _diagnose(c, th, now, key, required_scopes)
     audit.append(c, refused(who, key, refusal.code, th))
     return refusal
+
+
+def confirm_in(
+    c: Connection, audit: AuditSink, key: GateKey, th: str, *, who: str, now: datetime
+) -> Redemption | ApprovalError:
+    """The approval a token redeemed where it arrived, named by the token's hash ``th`` (SPEC
+    §3a): the redemption it made, or the refusal (audited, ``token_refused``) the caller raises."""
+    refusal = _unconfirmed(c, th, now, key)
+    if refusal is not None:
+        audit.append(c, refused(who, key, refusal.code, th))
+        return refusal
+    t = c.execute(text("SELECT * FROM approval_tokens WHERE token_hash = :h"), {"h": th}).one()
+    _check_choice(t, key.gate_id)
+    return Redemption(
+        plan_id=t.plan_id,
+        gate_id=key.gate_id,
+        user_id=key.user_id,
+        choice=t.choice,
+        choice_hash=t.choice_hash,
+    )
+
+
+def _unconfirmed(c: Connection, th: str, now: datetime, key: GateKey) -> ApprovalError | None:
+    """Why ``th`` does not stand for an approval of exactly this gate, if it does not: unknown →
+    other plan → other gate → other user → not spent (an unspent token's hash proves nothing)
+    → past the token's lifetime → the gate's decision is not this person's approval."""
+    t = c.execute(text("SELECT * FROM approval_tokens WHERE token_hash = :h"), {"h": th}).first()
+    if t is None:
+        return TokenUnknownError("no such approval token")
+    mismatch = _binding_mismatch(t, key)
+    if mismatch is not None:
+        return mismatch
+    if t.consumed_at is None:
+        return TokenUnknownError(
+            f"the approval of {key.gate_id} was not redeemed (the token must be spent first)"
+        )
+    if t.expires_at <= now:
+        return TokenExpiredError(
+            f"the approval of {key.gate_id} reached the run after its token expired at "
+            f"{t.expires_at.isoformat()}"
+        )
+    decided = decision_row(c, t.plan_id, key.gate_id)
+    if decided is None or decided.decision != "approved" or decided.user_id != key.user_id:
+        # no user id in the message: a refusal's message is readable in the Temporal UI
+        found = "no decision" if decided is None else decided.decision
+        if decided is not None and decided.user_id != key.user_id:
+            found += " by another person"
+        return GateRejectedError(f"{key.gate_id} of plan {t.plan_id} is not approved ({found})")
+    return None
 
 
 def _diagnose(

@@ -52,7 +52,7 @@ from .errors import ApprovalError, TokenChoiceMismatchError
 from .issuing import TokenDraft, check_storable, check_ttl, expiry, issue_in
 from .ledger import NULL_CHOICE_HASH, GateDecision, GateKey, Redemption, decision_row, token_hash
 from .receipts import ReceiptSigner, read_receipts
-from .redeeming import refused, spend_in
+from .redeeming import confirm_in, refused, spend_in
 from .rejecting import reject_in
 
 __all__ = ["NULL_CHOICE_HASH", "Approvals", "GateDecision", "Redemption", "token_hash"]
@@ -177,6 +177,41 @@ class Approvals:
             with self.db.tx() as c:  # the spend and the decision were rolled back with the tx
                 self._audit.append(c, refused(who, key, e.code, th))
             raise
+        if isinstance(outcome, ApprovalError):
+            raise outcome
+        return outcome
+
+    def redeemed(
+        self,
+        ref: str,
+        *,
+        plan_id: str,
+        plan_hash: str,
+        gate_id: str,
+        user_id: str,
+        actor: str | None = None,
+    ) -> Redemption:
+        """The approval a token redeemed where it arrived (the API spends it before it tells the
+        running workflow), named by the token's hash ``ref`` (``token_hash``): all a workflow's
+        history holds, never the token. It stands for the approval only while the token was
+        issued for exactly this plan hash, gate and user, has been spent, its lifetime has not
+        passed, and the gate's decision is this person's approval; the choice stored with that
+        token (its hash checked again). Nothing is written but the refusal's audit row.
+
+        Raises:
+            TokenUnknownError (no such token, or not spent), TokenPlanMismatchError,
+            TokenGateMismatchError, TokenUserMismatchError, TokenExpiredError, GateRejectedError
+            (the gate is not this person's approval): audited as ``token_refused``.
+            TokenChoiceMismatchError: the stored choice no longer has its hash.
+            InputError: malformed ids or a ``ref`` that is not 64 hex characters.
+        """
+        self._check(plan_id, plan_hash, gate_id, user_id)
+        if not isinstance(ref, str) or not _HEX64.match(ref):
+            raise InputError("an approval reference is the token's sha256: 64 hex characters")
+        key = GateKey(plan_id, plan_hash, gate_id, user_id)
+        now = self._clock()
+        with self.db.tx() as c:
+            outcome = confirm_in(c, self._audit, key, ref, who=actor or user_id, now=now)
         if isinstance(outcome, ApprovalError):
             raise outcome
         return outcome

@@ -10,8 +10,10 @@ from .codec import (
     payload_codec,
     rotate_payload_key,
 )
+from .gates import approval_for
 from .models import (
     ApproveGate,
+    ConfirmCall,
     PlanInput,
     PlanRunResult,
     Reconfigure,
@@ -44,6 +46,7 @@ from .worker import (
 __all__ = [
     "TASK_QUEUE",
     "ApproveGate",
+    "ConfirmCall",
     "DurableActivities",
     "DurableReconciler",
     "EncryptionCodec",
@@ -65,6 +68,7 @@ __all__ = [
     "WatchResult",
     "WatchState",
     "WatcherWorkflow",
+    "approval_for",
     "connect",
     "data_converter",
     "durable_starter",

@@ -44,7 +44,15 @@ from countersign.steps import (
 from countersign.steps.http import http_call, send
 from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
 
-from .models import CompensateCall, FinishCall, ReconcileCall, RedeemCall, RejectCall, StepCall
+from .models import (
+    CompensateCall,
+    ConfirmCall,
+    FinishCall,
+    ReconcileCall,
+    RedeemCall,
+    RejectCall,
+    StepCall,
+)
 
 __all__ = ["PLAN_STATUS", "DurableActivities", "DurableStores"]
 
@@ -241,6 +249,23 @@ class DurableActivities:
                 user_id=call.user_id,
                 # the scopes of the writes this gate guards, as interactive execution asks
                 required_scopes=gate_scopes(v.plan, self.registry, call.gate_id),
+            ).choice
+        except CountersignError as e:
+            raise _app_error(e) from e
+
+    @activity.defn(name="confirm_gate")
+    def confirm_gate(self, call: ConfirmCall) -> Any:
+        """The approval the API redeemed where the token arrived, named by the spent token's
+        hash (``Approvals.redeemed``: bound to plan hash, gate and user, spent, within the
+        token's lifetime; a refusal is audited); the person's choice."""
+        v = self._verified(call.signed)
+        try:
+            return self.approvals.redeemed(
+                call.approval,
+                plan_id=v.plan.plan_id,
+                plan_hash=v.plan_hash,
+                gate_id=call.gate_id,
+                user_id=call.user_id,
             ).choice
         except CountersignError as e:
             raise _app_error(e) from e

@@ -90,10 +90,25 @@ class WatchInput(_M):
 
 
 class ApproveGate(_M):
-    """The person's approval of the gate: a token (redeemed by an activity) and the choice."""
+    """The person's approval of the gate, already redeemed where the token arrived (the API:
+    ``durable.approval_for``): ``approval`` is the spent token's sha256, which an activity
+    confirms (``Approvals.redeemed``) — never the token, so no token enters a workflow's history.
+
+    ``token`` is what updates carried before: recorded histories replay with it (an activity
+    redeemed it then); a new update that carries one is refused by the validators."""
 
     gate_id: str
-    token: str = Field(min_length=8, max_length=200)
+    approval: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    token: str | None = Field(default=None, min_length=8, max_length=200)
+
+    @model_validator(mode="after")
+    def _one_proof(self) -> ApproveGate:
+        if (self.approval is None) == (self.token is None):
+            raise ValueError(
+                "an approval names exactly one of approval (the spent token's hash) and token "
+                "(recorded histories only)"
+            )
+        return self
 
 
 class RejectGate(_M):
@@ -140,6 +155,16 @@ class RedeemCall(_M):
     user_id: str
     gate_id: str
     token: str
+
+
+class ConfirmCall(_M):
+    """Confirm an approval redeemed where its token arrived (``confirm_gate``): ``approval`` is
+    the spent token's sha256."""
+
+    signed: SignedPlan
+    user_id: str
+    gate_id: str
+    approval: str
 
 
 class RejectCall(_M):

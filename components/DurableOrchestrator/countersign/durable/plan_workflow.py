@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         record_cancel,
         record_rejection,
         redeem,
+        refuse_token,
         verify,
     )
 
@@ -84,7 +85,8 @@ class PlanExecutionWorkflow:
 
     @workflow.update
     async def approve_gate(self, approval: ApproveGate) -> str:
-        """Redeem the token for a waiting gate; the writes after it may run."""
+        """Confirm the person's approval of a waiting gate (the token was spent where it
+        arrived); the writes after it may run."""
         choice = await redeem(self._inp, approval, self._timeout())
         self._choices[approval.gate_id] = choice
         self._decisions[approval.gate_id] = "approved"
@@ -92,6 +94,7 @@ class PlanExecutionWorkflow:
 
     @approve_gate.validator
     def _check_approve(self, approval: ApproveGate) -> None:
+        refuse_token(approval)
         self._check_gate(approval.gate_id)
 
     @workflow.update

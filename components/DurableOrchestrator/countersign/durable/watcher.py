@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         record_cancel,
         record_rejection,
         redeem,
+        refuse_token,
         settled_then_cancelled,
         verify,
     )
@@ -137,7 +138,8 @@ class WatcherWorkflow:
 
     @workflow.update
     async def approve_gate(self, approval: ApproveGate) -> str:
-        """Redeem the gate token (activity) and let the booking run with the person's choice."""
+        """Confirm the person's approval (activity; the token was spent where it arrived) and let
+        the booking run with their choice."""
         choice = await redeem(self._inp, approval, self._timeout())
         if self._decision is None:
             self._choice = choice
@@ -146,6 +148,7 @@ class WatcherWorkflow:
 
     @approve_gate.validator
     def _validate_approve(self, approval: ApproveGate) -> None:
+        refuse_token(approval)
         self._validate_gate(approval.gate_id)
 
     @workflow.update

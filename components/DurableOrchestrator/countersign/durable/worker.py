@@ -395,6 +395,7 @@ def make_worker(
             activities.verify_plan,
             activities.poll,
             activities.redeem_gate,
+            activities.confirm_gate,
             activities.require_gate,
             activities.reject_gate,
             activities.write_step,

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from .activities import DurableActivities
     from .models import (
         ApproveGate,
+        ConfirmCall,
         FinishCall,
         ReconcileCall,
         RedeemCall,
@@ -46,6 +47,7 @@ __all__ = [
     "record_cancel",
     "record_rejection",
     "redeem",
+    "refuse_token",
     "settled_then_cancelled",
     "shielded",
     "verify",
@@ -80,18 +82,47 @@ class _Run(Protocol):
     def user_id(self) -> str: ...
 
 
+def refuse_token(approval: ApproveGate) -> None:
+    """The validators' rule: an update that carries a token is refused before it is recorded, so
+    no token enters the history (tokens are redeemed where they arrive: ``approval_for``).
+    Validators do not run on replay, so recorded token updates still replay."""
+    if approval.token is not None:
+        raise ValueError(
+            "approval tokens are redeemed where they arrive, never sent to a workflow: send "
+            "the spent token's hash as approval (durable.approval_for)"
+        )
+
+
 async def redeem(inp: _Run | None, approval: ApproveGate, timeout: timedelta) -> Any:
-    """Spend the person's token for the gate (activity); the choice stored with it."""
+    """Confirm the person's approval of the gate (activity: the token was spent where it
+    arrived; the update names it by its hash); the choice stored with it. An update recorded
+    with the token itself (histories from before) redeems it as it did then."""
     if inp is None:
         raise not_started("approve_gate")
+    if approval.token is not None:
+        return await workflow.execute_activity_method(
+            DurableActivities.redeem_gate,
+            RedeemCall(
+                signed=inp.signed,
+                user_id=inp.user_id,
+                gate_id=approval.gate_id,
+                token=approval.token,
+            ),
+            retry_policy=ONCE,
+            start_to_close_timeout=timeout,
+            summary=f"{approval.gate_id}: redeem the person's approval",
+        )
     return await workflow.execute_activity_method(
-        DurableActivities.redeem_gate,
-        RedeemCall(
-            signed=inp.signed, user_id=inp.user_id, gate_id=approval.gate_id, token=approval.token
+        DurableActivities.confirm_gate,
+        ConfirmCall(
+            signed=inp.signed,
+            user_id=inp.user_id,
+            gate_id=approval.gate_id,
+            approval=approval.approval or "",
         ),
         retry_policy=ONCE,
         start_to_close_timeout=timeout,
-        summary=f"{approval.gate_id}: redeem the person's approval",
+        summary=f"{approval.gate_id}: confirm the person's approval",
     )
 
 

@@ -63,7 +63,7 @@ class DurableLink:
         return handoff_from(details) if isinstance(details, dict) else None
 
     async def approve(self, plan_id: str, run: HandOff, gate: ApproveGate) -> Any:
-        """The run's ``approve_gate`` update with a fresh token (its activity redeems it)."""
+        """The run's ``approve_gate`` update naming the approval spent here (its hash)."""
         return await self._update(plan_id, run, run.workflow.approve_gate, gate, "approve_gate")
 
     async def reject(self, plan_id: str, run: HandOff, rejection: RejectGate) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
-from countersign.durable import ApproveGate, RejectGate
+from countersign.durable import RejectGate, approval_for
 from countersign.execute import ExecuteRefusedError, writes_before_gate
 from countersign.kernel import InputError, Plan, Policy, format_utc
 from countersign.signer import KeyRing, verify_signed_plan
@@ -55,11 +55,22 @@ class Gates:
         self, plan_id: str, gate_id: str, user_id: str, *, choice: Any = None
     ) -> dict[str, Any]:
         """A token for one gate (bound to the plan hash, the gate and the caller). A plan running
-        on Temporal gets it at once (the workflow's ``approve_gate`` update spends it)."""
+        on Temporal gets the decision at once: the token is spent here, where it arrived, and
+        the workflow's ``approve_gate`` update names it by its hash (``durable.approval_for``),
+        so no token enters the run's history."""
         out = self.issue_token(plan_id, gate_id, user_id, choice=choice)
         run = self.durable.handed_to(plan_id)
         if run is not None:
-            gate = ApproveGate(gate_id=gate_id, token=out["token"])
+            verified = verify_signed_plan(self.views.document(plan_id, user_id), keys=self.keyring)
+            gate = approval_for(
+                self.approvals,
+                out["token"],
+                plan=verified.plan,
+                plan_hash=verified.plan_hash,
+                gate_id=gate_id,
+                user_id=user_id,
+                registry=self.runtime.registry,
+            )
             out["durable"] = {
                 "workflow_id": run.workflow_id,
                 "result": await self.durable.approve(plan_id, run, gate),
