@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +291,11 @@ def test_meeting_events_are_one_meeting_in_every_calendar(stack: Stack) -> None:
         stamp = event.DTSTAMP  # when it was written, not the start
         assert stamp != event.start
         assert before <= stamp <= after
+    # the invitations n8n sent (nodemailer) carry the headers a mail client expects
+    assert sorted(str(m["To"]) for m in stack.smtp.messages) == [ALICE, BOB]
+    for m in stack.smtp.messages:
+        assert before <= parsedate_to_datetime(str(m["Date"])) <= after + timedelta(seconds=1)
+        assert str(m["Message-ID"]).startswith("<")
     with stack.db.tx() as c:
         rows = c.execute(
             text("SELECT key, state FROM idempotency_keys WHERE key LIKE :p ORDER BY key"),

@@ -18,8 +18,9 @@ from __future__ import annotations
 import smtplib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from email.message import EmailMessage
+from email.utils import format_datetime
 from typing import Any
 
 import httpx
@@ -101,6 +102,8 @@ class DirectSender:
         msg["From"] = self.settings["smtp_from"]
         msg["To"] = str(args["to"])
         msg["Subject"] = str(args["subject"])
+        # RFC 5322 §3.6: Date is required (smtplib adds none); when the message is built to be sent
+        msg["Date"] = format_datetime(self.clock().astimezone(UTC))
         msg["Message-ID"] = f"<{content_hash(key)[:32]}@countersign>"
         msg.set_content(str(args["body"]))
         return msg
