@@ -19,8 +19,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import WorkflowSerializationContext
 
 from countersign.api import UserStore
-from countersign.api.codec import to_wire
+from countersign.api.codec import decode_for, to_wire
 from countersign.api.testing import ALICE, BOB, ApiHarness, harness
+from countersign.api.users import Principal
 from countersign.durable import EncryptionCodec, payload_codec
 from countersign.durable.codec import ENCODING, META_USER
 from countersign.kernel import system_clock
@@ -197,3 +198,16 @@ def test_a_session_cookie_works_without_csrf_but_only_for_json(sealed_api: ApiHa
             "/codec/decode", content=b"payloads=x", headers={"content-type": "text/plain"}
         )
         assert form.status_code == 422
+
+
+def test_a_person_named_like_an_opaque_id_reads_only_their_own(codec: EncryptionCodec) -> None:
+    """Labels hold opaque ids, and a caller's own id is still accepted as a label (payloads
+    sealed before opaque ids) — except an id shaped like an opaque one: someone registered as
+    ``u-<Alice's hex>`` must not read Alice's payloads."""
+    alices = codec.seal(_json({"user_id": ALICE, "note": "alice's input"}))
+    impostor = Principal(user_id=codec.opaque_user(ALICE), admin=False, via="key")
+    out, refused = decode_for(impostor, [alices], codec, owns_plan=lambda _: False)
+    assert out == [alices] and refused == [{"owner": codec.opaque_user(ALICE), "workflow_id": ""}]
+    alice = Principal(user_id=ALICE, admin=False, via="key")
+    out, refused = decode_for(alice, [alices], codec, owns_plan=lambda _: False)
+    assert refused == [] and json.loads(out[0].data)["note"] == "alice's input"
