@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from countersign.binding import ics_busy, ics_event, normalize_output, render_data, resolve_step
+from countersign.binding import (
+    ics_busy,
+    ics_event,
+    mail_text,
+    normalize_output,
+    render_data,
+    resolve_step,
+)
 from countersign.kernel import BindingError, PlanStep
 from countersign.registry import Registry
 
@@ -180,3 +187,29 @@ def test_an_organizer_named_without_an_address_is_shown_on_the_sender_address(
     assert isinstance(event, icalendar.Event)
     assert event.organizer is None
     assert [str(a) for a in event.attendees] == ["mailto:bob@example.com"]
+
+
+def test_mail_text_says_what_was_done_one_line_per_detail() -> None:
+    booking = {"id": "booking-1", "slot": {"id": "s-1", "start": "2027-03-02T09:00:00Z"}}
+    assert mail_text("Your appointment was booked.", booking) == (
+        "Your appointment was booked.\n\n"
+        "id: booking-1\nslot.id: s-1\nslot.start: 2027-03-02T09:00:00Z"
+    )
+    assert mail_text("Hi.") == "Hi." and mail_text("Hi.", {}) == "Hi."
+    assert mail_text("Hi.", {"note": "two\nlines", "tags": ["a", "b"]}) == (
+        "Hi.\n\nnote: two lines\ntags.0: a\ntags.1: b"
+    )
+
+
+def test_smtp_text_is_rendered_with_its_details(registry: Registry) -> None:
+    s = PlanStep(
+        step=6,
+        mode="durable",
+        role="Notifier",
+        uses="smtp",
+        call="send",
+        args={"to": "a@example.com", "subject": "Booked", "body": "Booked.", "details": {"id": 7}},
+        dry_run=False,
+    )
+    data = render_data(resolve_step(s, registry), s.args, {"smtp_from": "cs@example.com"})
+    assert data["text"] == "Booked.\n\nid: 7"

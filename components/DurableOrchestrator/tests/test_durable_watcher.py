@@ -18,6 +18,8 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from email.message import EmailMessage
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -245,7 +247,13 @@ def test_seven_days_then_slot_approved_booked_once(
     assert result.status == "booked" and result.booking_id == "booking-1" and result.notified
     assert result.polls == 7 * 24
     assert len(sandbox.bookings) == 1
-    assert len(smtp_server.to("alice@example.com")) == 1
+    (mail,) = smtp_server.to("alice@example.com")
+    # the confirmation a mail client shows: dated, and saying which appointment was booked
+    assert parsedate_to_datetime(str(mail["Date"])).tzinfo is not None
+    assert isinstance(mail, EmailMessage)
+    lines = mail.get_content().splitlines()
+    assert lines[0] == "Your appointment was booked." and "id: booking-1" in lines
+    assert "slot.id: slot-1" in lines, lines
     with db.tx() as c:
         assert AuditLog(clock=system_clock).verify(c).ok
         kinds = [r.kind for r in c.execute(text("SELECT kind FROM audit_log ORDER BY seq"))]

@@ -1,10 +1,11 @@
 """Mail the direct runtime sends, parsed where it lands (the aiosmtpd sink): the headers a mail
-client expects (issue 25)."""
+client expects and what was done (issue 25)."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from email.message import EmailMessage
 from email.utils import parsedate_to_datetime
 
 from countersign.kernel import PlanStep
@@ -30,7 +31,12 @@ def test_a_direct_mail_has_the_headers_a_client_expects(
         role="Notifier",
         uses="smtp",
         call="send",
-        args={"to": "ana@example.com", "subject": "Visa appointment booked", "body": "Booked."},
+        args={
+            "to": "ana@example.com",
+            "subject": "Visa appointment booked",
+            "body": "Your appointment was booked.",
+            "details": {"id": "booking-1", "slot": {"start": "2027-03-02T09:00:00Z"}},
+        },
         dry_run=False,
     )
     smtp_server.messages.clear()
@@ -44,3 +50,12 @@ def test_a_direct_mail_has_the_headers_a_client_expects(
     assert str(msg["Subject"]) == "Visa appointment booked"
     assert str(msg["Message-ID"]).startswith("<") and str(msg["Message-ID"]).endswith(">")
     assert str(msg["Message-ID"]) == attempt.output["id"]
+    # which appointment was booked: the booking's details follow the body
+    assert msg.get_content_type() == "text/plain"
+    assert isinstance(msg, EmailMessage)  # the sink parses with policy.default
+    assert msg.get_content().splitlines() == [
+        "Your appointment was booked.",
+        "",
+        "id: booking-1",
+        "slot.start: 2027-03-02T09:00:00Z",
+    ]

@@ -5,6 +5,7 @@ from .ics import CalendarError, CalendarWindowError, ics_busy, ics_event
 from .refs import referenced_steps, resolve_refs
 from .render import (
     idempotency_header_path,
+    mail_text,
     normalize_output,
     render_data,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "ics_busy",
     "ics_event",
     "idempotency_header_path",
+    "mail_text",
     "normalize_output",
     "referenced_steps",
     "render_data",

@@ -21,7 +21,9 @@ from countersign.kernel import BindingError
 from .core import BoundNode
 from .ics import ics_busy, ics_event, is_address
 
-__all__ = ["idempotency_header_path", "normalize_output", "render_data"]
+__all__ = ["idempotency_header_path", "mail_text", "normalize_output", "render_data"]
+#: at most this many detail lines in a mail, each value cut to this many characters
+_DETAIL_LINES, _DETAIL_CHARS = 40, 200
 
 _FIELD = re.compile(r"\{(@?)([a-z][a-z0-9_.]*)\}")
 
@@ -62,6 +64,8 @@ def render_data(
             values = {k: args.get(src) for k, src in b.fn_args.items()}
             if b.fn == "ics_event":
                 out[path] = _event(values, settings, written_at, where)
+            elif b.fn == "mail_text":
+                out[path] = mail_text(str(values.get("body")), values.get("details"))
             elif b.fn == "json_body":
                 # an optional arg the step does not give is left out, not sent as null
                 given = {k: v for k, v in values.items() if b.fn_args[k] in args}
@@ -130,6 +134,30 @@ def _event(
         organizer_name=name,
         attendees=[str(a) for a in attendees or ()],
     )
+
+
+def mail_text(body: str, details: Any = None) -> str:
+    """A mail's plain text: ``body``, then — when the step gives ``details`` (what was done: a
+    booking, an order) — a blank line and one ``name: value`` line per leaf of it, nested names
+    joined with dots (``slot.start: 2027-03-02T09:00:00Z``), in the order given. Both runtimes
+    send this same text (n8n's Send Email node as data, ``DirectSender`` as its body)."""
+    if details is None:
+        return body
+    lines = [f"{name}: {value}" for name, value in _leaves("", details)][:_DETAIL_LINES]
+    return body + "\n\n" + "\n".join(lines) if lines else body
+
+
+def _leaves(prefix: str, value: Any) -> list[tuple[str, str]]:
+    if isinstance(value, Mapping):
+        return [
+            leaf
+            for k, v in value.items()
+            for leaf in _leaves(f"{prefix}.{k}" if prefix else str(k), v)
+        ]
+    if isinstance(value, list):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(f"{prefix}.{i}", v)]
+    text = " ".join(str(value).split())[:_DETAIL_CHARS]  # one line per leaf
+    return [(prefix or "details", text)]
 
 
 def _required(value: str | None, what: str, where: str, path: str) -> str:

@@ -364,7 +364,7 @@ class WatcherWorkflow:
         if not picks(self._choice, st.found, inp.offers):
             await self._release(inp)  # another offer was chosen: the held one goes back
         st.held = None  # booking the held offer ends its hold at the provider
-        notified = await self._notify(inp, self._choice)
+        notified = await self._notify(inp, self._choice, booking)
         st.status = "done"
         workflow.set_current_details(watch_now(st, ended="booked"))
         publish_state("booked", st.polls)
@@ -454,7 +454,10 @@ class WatcherWorkflow:
         )
         st.held = None
 
-    async def _notify(self, inp: WatchInput, choice: Any) -> bool:
+    async def _notify(self, inp: WatchInput, choice: Any, booking: Any) -> bool:
+        """The confirmation; the booking's output goes with it, for a mail that says which
+        appointment was booked (a signed ``{$ref: steps.<book>.output}``; a plan that does not
+        refer to it ignores it)."""
         if inp.notify_step is None:
             return False
         await self._write(
@@ -464,6 +467,7 @@ class WatcherWorkflow:
                 step=inp.notify_step,
                 choice=choice,
                 gate_id=inp.gate_id,
+                outputs={str(inp.book_step): _output_of(booking)},
             )
         )
         return True
@@ -513,6 +517,11 @@ def _check_step(signed: SignedPlan, step: int) -> None:
     """The watched step is one of the plan's (else the input is broken: the run fails)."""
     if not 1 <= step <= len(signed.plan.graph):
         raise ApplicationError(f"plan has no step {step}", type="invalid_input", non_retryable=True)
+
+
+def _output_of(result: Any) -> Any:
+    """What a write's ledger result shows as the step's output (``steps.step_output``)."""
+    return result["output"] if isinstance(result, dict) and "output" in result else result
 
 
 def _result_id(result: Any) -> str | None:

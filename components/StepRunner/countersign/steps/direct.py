@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from countersign.binding import normalize_output, render_data, resolve_step
+from countersign.binding import mail_text, normalize_output, render_data, resolve_step
 from countersign.kernel import (
     BindingError,
     CountersignError,
@@ -105,7 +105,7 @@ class DirectSender:
         # RFC 5322 §3.6: Date is required (smtplib adds none); when the message is built to be sent
         msg["Date"] = format_datetime(self.clock().astimezone(UTC))
         msg["Message-ID"] = f"<{content_hash(key)[:32]}@countersign>"
-        msg.set_content(str(args["body"]))
+        msg.set_content(mail_text(str(args["body"]), args.get("details")))
         return msg
 
     def _send_mail(self, msg: EmailMessage) -> Attempt:
