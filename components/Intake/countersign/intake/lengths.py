@@ -30,6 +30,8 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from text_to_num import alpha2digit
 
+from countersign.kernel import ascii_digits
+
 __all__ = [
     "Clock",
     "clock",
@@ -184,7 +186,7 @@ def _ranges(low: str) -> Clock | None:
     for pattern, kind in ((_RANGE, "range"), (_BETWEEN, "between")):
         for m in pattern.finditer(low):
             said = m.group(0)
-            if pattern is _RANGE and said[0].isdigit():
+            if pattern is _RANGE and ascii_digits(said[0]):
                 if "-" not in said and m.group(2) is None and m.group(3) is None:
                     continue  # "2 to 3" without from, a colon or am/pm is no time
                 if re.search(rf"{_MONTH}\s*$", low[: m.start()]):
@@ -369,7 +371,7 @@ _LENGTHS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], int]]] = [
             r"|m)(?![a-z])|a\s+(half|quarter))|(\d{1,2})(?![\d:]))?"
         ),
         lambda m: (
-            round(float(m[1].replace(",", ".")) * 60 if m[1][0].isdigit() else 60)
+            round(float(m[1].replace(",", ".")) * 60 if ascii_digits(m[1][0]) else 60)
             + int(m[2] or m[4] or 0)
             + _FRACTION.get(m[3] or "", 0)
         ),
@@ -417,7 +419,7 @@ _TIMES = re.compile(r"\b(\d+)\s+times\s+(?:an?|per)\s+(hour|day)\b")
 
 
 def _seconds(n: str, unit: str) -> int:
-    count = 1.0 if not n[0].isdigit() else float(n)
+    count = 1.0 if not ascii_digits(n[0]) else float(n)
     key = "mo" if unit.startswith("mo") else unit[0]
     return round(count * _UNIT_S[key])
 

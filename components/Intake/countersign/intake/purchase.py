@@ -34,6 +34,8 @@ import pycountry
 from price_parser import Price
 from text_to_num import alpha2digit
 
+from countersign.kernel import ascii_digits
+
 from .models import Need
 
 __all__ = ["budget", "quantity", "query"]
@@ -567,4 +569,4 @@ def _vague(words: str) -> bool:
     any "for", or only numbers."""
     head = re.split(r"\bfor\b", words.lower(), maxsplit=1)[0]
     tokens = re.findall(r"[^\W_]+", head)
-    return all(t in _VAGUE or t.isdigit() for t in tokens)
+    return all(t in _VAGUE or ascii_digits(t) for t in tokens)
