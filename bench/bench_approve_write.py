@@ -174,7 +174,13 @@ def langgraph_app(conn_url: str, base_url: str, stamps: list[float]) -> tuple[An
 
     def write(state: LGState) -> LGState:
         slot = state["slot"]
-        body = ics_event(uid=state["uid"], summary=state["title"], **slot)
+        body = ics_event(
+            uid=state["uid"],
+            summary=state["title"],
+            start=slot["start"],
+            end=slot["end"],
+            stamp=datetime.now(UTC),
+        )
         r = http.put(
             f"{base_url}/{state['user']}/calendar/{state['uid']}.ics",
             content=body,
@@ -396,6 +402,7 @@ async def main_async(n: int) -> None:
                         summary="direct",
                         start="2026-11-24T09:00:00Z",
                         end="2026-11-24T09:30:00Z",
+                        stamp=datetime.now(UTC),
                     )
                     t0 = time.perf_counter()
                     r = await h.put(
