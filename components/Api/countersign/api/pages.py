@@ -1,4 +1,4 @@
-"""The HTML pages (Api SPEC, the chat page): plain HTML that loads ``static/chat.js`` or
+"""The HTML pages (Api SPEC, the chat page): plain HTML that loads the chat page's scripts or
 ``static/memory.js`` for a signed-in person; no external asset, no build step."""
 
 from __future__ import annotations
@@ -11,6 +11,10 @@ from fastapi import Response
 __all__ = ["CHAT", "MEMORY", "STATIC", "page"]
 
 STATIC = Path(__file__).parent / "static"
+#: the chat page's scripts, in the order they load (deferred: all run before DOMContentLoaded;
+#: chat.js, last, starts the page)
+CHAT_SCRIPTS = ("dag.js", "reads.js", "card.js", "gates.js", "evidence.js", "chat.js")
+MEMORY_SCRIPTS = ("memory.js",)
 
 CHAT = """
 <section aria-label="conversation"><div id="log" aria-live="polite"></div>
@@ -59,9 +63,8 @@ def page(
     data = f" data-plan='{html.escape(plan_id)}'" if plan_id else ""
     if temporal_ui and who:
         data += f" data-temporal-ui='{html.escape(temporal_ui)}'"
-    script = (
-        f"<script src='/static/{'memory' if memory else 'chat'}.js' defer></script>" if who else ""
-    )
+    names = MEMORY_SCRIPTS if memory else CHAT_SCRIPTS
+    script = "".join(f"<script src='/static/{n}' defer></script>" for n in names) if who else ""
     text = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"

@@ -1,0 +1,161 @@
+// Countersign chat page: the preview card (its steps, what was read, what will be written, what
+// changed), its status line and its event stream. Loaded before chat.js; no build step.
+"use strict";
+
+function shown(value) {
+  if (value && typeof value === "object" && "$ref" in value) {
+    // a gate's choice, or what an earlier step finds (a watcher's slot)
+    return String(value.$ref).startsWith("gates.") ? "(what you pick at the gate below)" : `(what step ${String(value.$ref).split(".")[1]} finds)`;
+  }
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function card(doc, preview, changes, understood) {
+  const plan = doc.plan;
+  const box = el("section", { class: "card", "aria-label": `plan ${plan.plan_id}`, "data-plan": plan.plan_id });
+  box.append(
+    el("h2", {}, plan.intent.intent.replaceAll("_", " ")),
+    el("p", { class: "meta" },
+      `plan ${plan.plan_id} · hash ${doc.plan_hash.slice(0, 12)}… · signed by key ${doc.signature.pubkey_id} · `,
+      el("a", { href: `/plans/${plan.plan_id}` }, "open this card"), " · ",
+      el("a", { href: `/v1/plans/${plan.plan_id}/receipts`, download: `receipts-${plan.plan_id}.json`,
+        title: "every gate decision, signed; check it offline with: countersign receipts verify FILE" },
+        "Download approval receipts")),
+  );
+  if (understood && understood.length) box.append(understoodList(understood, plan.plan_id));
+  box.append(dagView(plan));
+  if (changes && changes.length) box.append(...changesView(changes));
+  const evidence = doc.evidence || [];
+  if (evidence.length) box.append(evidenceList(doc, evidence));
+  const reads = (preview && preview.normalized && preview.normalized.steps) || {};
+  box.append(...readsView(doc, preview, reads), ...writesView(plan));
+  // the first gate is decided on the preview; a later gate (shopping's gate-B) opens when the
+  // writes before it are done, showing what they did (the cart and its total)
+  docs[plan.plan_id] = doc;
+  // a durable plan (a watcher) starts first; its gate opens when the watcher finds something
+  const durable = plan.graph.some((s) => s.mode === "durable");
+  if (ENDED.includes(doc.status)) {
+    // an ended plan (completed, cancelled from here or from the Temporal UI, …) offers nothing
+    box.append(el("p", { class: "meta ended" }, `This plan is ${doc.status}: there is nothing left to start or approve.`));
+  } else {
+    if (durable) box.append(starter(doc));
+    const startGate = durable ? startGateOf(plan) : null;
+    plan.graph.filter((s) => s.gate_id && s.gate_id !== startGate).forEach((g, i) => box.append(i === 0 && !durable ? gate(doc, g, reads) : later(doc, g)));
+  }
+  const status = el("p", { class: "meta", role: "status", "aria-live": "polite", id: `status-${plan.plan_id}` });
+  box.append(status);
+  const stop = el("button", { type: "button", class: "cancel", onclick: async () => {
+    stop.disabled = true;
+    try {
+      await api("POST", `/v1/plans/${plan.plan_id}/cancel`);
+      for (const b of box.querySelectorAll("button")) b.disabled = true;
+      const s = document.getElementById(`status-${plan.plan_id}`);
+      if (!s || !s.textContent.startsWith("finished")) note(plan.plan_id, "cancelled: nothing more of it runs");
+    } catch (e) { note(plan.plan_id, `refused: ${e.message}`); stop.disabled = false; }
+  } }, "Cancel plan");
+  box.append(el("p", {}, stop));
+  if (doc.workflow_id) box.append(temporalLink(doc.workflow_id));
+  return box;
+}
+
+// plan statuses after which nothing is decided any more (the API folds them from the event log)
+const ENDED = ["completed", "failed", "cancelled", "rejected", "expired", "refused"];
+
+function closeCard(planId) {
+  // the plan ended: its gates and its "Start watching" offer nothing any more
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  if (!box) return;
+  for (const fs of box.querySelectorAll("fieldset[data-gate], fieldset.starter")) {
+    fs.disabled = true;
+    fs.setAttribute("aria-disabled", "true");
+  }
+}
+
+function when(start, end) {
+  // a slot in the person's own clock ("Wed 25 Nov, 14:30 – 15:00"); the UTC instants are in
+  // the option's title and data attributes
+  try {
+    const day = new Intl.DateTimeFormat(undefined, { weekday: "short", day: "numeric", month: "short" });
+    const hm = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+    return `${day.format(new Date(start))}, ${hm.format(new Date(start))} – ${hm.format(new Date(end))} (${zone() || "local time"})`;
+  } catch (e) { return `${start} → ${end}`; }
+}
+
+async function lookAgain(doc, changes) {
+  // the world moved between the preview and the write: show what changed, preview afresh, and
+  // ask again (nothing was written; the earlier approval is spent)
+  const planId = doc.plan.plan_id;
+  const fresh = await api("POST", `/v1/plans/${planId}/preview`);
+  const old = document.querySelector(`section.card[data-plan="${planId}"]`);
+  const box = card(doc, fresh, changes);
+  if (old) old.replaceWith(box); else say("assistant", box);
+  note(planId, "The world changed since you looked (above): this is a fresh preview; nothing was written. Approve again if it is still what you want.");
+  const first = box.querySelector("fieldset input, fieldset button");
+  if (first) first.focus();
+}
+
+function temporalLink(workflowId) {
+  const ui = document.body.dataset.temporalUi;
+  const label = `durable run ${workflowId}`;
+  if (!ui) return el("p", { class: "meta run" }, label);
+  return el("p", { class: "meta run" },
+    el("a", { href: `${ui}/${encodeURIComponent(workflowId)}`, target: "_blank", rel: "noopener" }, `${label} in the Temporal UI`));
+}
+
+// the fields of a write's result a person cares about (a provider's answer says much more)
+const SAID = ["accepted", "response", "uid", "href", "order_id", "total", "booking_id", "message"];
+
+async function showDone(planId) {
+  // what the writes returned (the event created, each mail sent), from the plan's stored results
+  const doc = await api("GET", `/v1/plans/${planId}`);
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  const done = doc.steps.filter((s) => (s.role === "Booker" || s.role === "Notifier") && s.output != null);
+  if (!box || !done.length || box.querySelector(".done")) return;
+  const ul = el("ul", { class: "done" });
+  for (const s of done) {
+    const out = Object.entries(s.output).filter(([k]) => SAID.includes(k)).map(([k, v]) => `${k}: ${shown(v)}`).join("; ");
+    ul.append(el("li", {}, `step ${s.step} · ${s.uses}.${s.call} · ${s.status}${out ? ` — ${out}` : ""}`));
+  }
+  box.querySelector(`#status-${planId}`).before(el("h3", {}, "What was done"), ul);
+}
+
+function showRun(planId, workflowId) {
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  if (box && !box.querySelector(".run")) box.append(temporalLink(workflowId));
+}
+
+function note(planId, text) {
+  const s = document.getElementById(`status-${planId}`);
+  if (s) s.textContent = text;
+}
+
+const following = new Set();
+function follow(planId) {
+  if (following.has(planId)) return;
+  following.add(planId);
+  const src = new EventSource(`/v1/plans/${planId}/events`);
+  const mark = (ev) => {
+    const e = JSON.parse(ev.data);
+    const map = { step_started: "running", step_finished: "succeeded", step_failed: "failed", step_unknown: "unknown" };
+    if (e.step && map[ev.type]) {
+      const node = document.getElementById(`step-${planId}-${e.step}`);
+      if (node) node.dataset.status = map[ev.type];
+    }
+    if (ev.type === "handed_off" && e.details && e.details.workflow_id) showRun(planId, e.details.workflow_id);
+    if (ev.type === "gate_waiting" && e.op) openGate(planId, e.op).catch(() => {});
+    if (ev.type === "watcher_polled") {
+      if (e.status === "found" && e.details && e.details.found) openFound(planId, e.details.found);
+      else note(planId, `watching: checked, nothing yet (${e.ts || ""})`);
+    }
+    if (ev.type === "execute_finished" || ev.type === "durable_finished") {
+      loadPlans();
+      if (e.status === "waiting") { note(planId, "waiting for your next decision"); return; }
+      closeCard(planId);
+      note(planId, `finished: ${e.status}`);
+      showDone(planId).catch(() => {});
+    }
+  };
+  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off", "gate_waiting", "watcher_polled"]) {
+    src.addEventListener(kind, mark);
+  }
+}
