@@ -223,16 +223,54 @@ def test_visa_contract_slots_appear_hold_release_book_cancel() -> None:
 
 
 @pytest.mark.slow
-def test_visa_slots_appear_over_time_inside_the_window() -> None:
+def test_visa_slots_appear_a_set_time_after_each_watch_first_asks() -> None:
+    """The standalone sandbox's slot is relative to the watcher, not to the service: long after
+    the service started, a new watch (consulate + window) finds nothing at first and its slot
+    ``appear_after_s`` later; another window has its own clock; booking a watch's slot ends it,
+    and the same window asked again waits again for the next slot of the day."""
     now = [100.0]
-    visa = VisaSandbox(appear_after_s=60, fixed_slot=False, clock=lambda: now[0], started=100.0)
+    visa = VisaSandbox(
+        appear_after_s=30, appear_after_watch_searches=3, fixed_slot=False, clock=lambda: now[0]
+    )
     with serve_visa(visa), httpx.Client(base_url=visa.url, timeout=10) as c:
-        window = {"from": "2026-12-01", "to": "2026-12-31"}
-        assert c.get("/consulates/porto/slots", params=window).json()["slots"] == []
-        now[0] += 61
-        assert c.get("/consulates/porto/slots", params=window).json()["slots"] == [
-            {"id": "porto-2026-12-01-0900", "at": "2026-12-01T09:00:00Z"}
+
+        def slots(consulate: str, window: dict[str, str]) -> list[dict[str, str]]:
+            found = c.get(f"/consulates/{consulate}/slots", params=window).json()["slots"]
+            return list(found)
+
+        december = {"from": "2026-12-01", "to": "2026-12-31"}
+        now[0] += 3600  # the service has run for an hour: no watcher has asked yet
+        assert slots("porto", december) == []  # a watcher's first poll
+        now[0] += 29
+        assert slots("porto", december) == []
+        assert c.get("/_sandbox/state").json()["appeared"] is False
+        march = {"from": "2027-03-01", "to": "2027-03-31"}
+        assert slots("porto", march) == []  # another window: its own clock starts now
+        now[0] += 1  # 30 s after porto/december first asked
+        first = {"id": "porto-2026-12-01-0900", "at": "2026-12-01T09:00:00Z"}
+        assert slots("porto", december) == [first]
+        assert slots("porto", march) == []
+        assert slots("lisbon", december) == []  # another consulate: its own clock too
+        # booking it ends that watch: the same window asked again waits again
+        booked = c.post("/consulates/porto/bookings", json={"slot": first})
+        assert booked.status_code == 201
+        assert slots("porto", december) == []
+        now[0] += 30
+        assert slots("porto", december) == [
+            {"id": "porto-2026-12-01-0930", "at": "2026-12-01T09:30:00Z"}
         ]
+        assert slots("porto", march) == [
+            {"id": "porto-2027-03-01-0900", "at": "2027-03-01T09:00:00Z"}
+        ]
+    # or at a watch's own n-th search, whatever the other watches did
+    counted = VisaSandbox(appear_after_watch_searches=3, fixed_slot=False, clock=lambda: 0.0)
+    with serve_visa(counted), httpx.Client(base_url=counted.url, timeout=10) as c:
+        window = {"from": "2027-05-01", "to": "2027-05-31"}
+        for _ in range(5):
+            assert c.get("/consulates/rome/slots", params={"from": "2027-04-01"}).json() is not None
+        assert [
+            len(c.get("/consulates/rome/slots", params=window).json()["slots"]) for _ in "abc"
+        ] == [0, 0, 1]
     forced = VisaSandbox()
     with serve_visa(forced), httpx.Client(base_url=forced.url, timeout=10) as c:
         assert c.get("/consulates/porto/slots").json()["slots"] == []

@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> None:
         server.serve_forever()
     else:
         visa_state = VisaSandbox(
-            appear_after=args.appear_after_searches,
             appear_after_s=args.appear_after_s,
+            appear_after_watch_searches=args.appear_after_searches,
             fixed_slot=False,
         )
         server = JsonServer(visa_state.route, what=VISA, host=host, port=args.port, quiet=False)

@@ -29,7 +29,11 @@ def up_cmd(
         ),
     ] = False,
     appear_after_s: Annotated[
-        float, typer.Option(help="Seconds until the visa service shows a free slot.")
+        float,
+        typer.Option(
+            help="Seconds from a watcher's first search (a consulate and window) until the "
+            "visa service shows it a free slot."
+        ),
     ] = 30.0,
 ) -> None:
     """Start the four providers in the background (logs in COUNTERSIGN_HOME/sandbox/); print

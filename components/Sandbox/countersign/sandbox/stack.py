@@ -205,8 +205,10 @@ def start_sandbox(
 ) -> SandboxHandle:
     """Start the four providers in the background (logs and pids in ``<data_dir>/sandbox/``),
     wait until each answers, seed the demo calendars with busy time from ``first_day`` (default:
-    today, UTC) on. The visa service shows a slot ``appear_after_s`` seconds after it started or
-    at the ``appear_after_searches``-th search, whichever comes first. Already running from this folder: the running set is returned as it is.
+    today, UTC) on. The visa service shows a watch (one consulate and window) its slot
+    ``appear_after_s`` seconds after that watch first searched or at its
+    ``appear_after_searches``-th search, whichever comes first. Already running from this
+    folder: the running set is returned as it is.
     ``ServiceError`` (naming the log) when one cannot start; the others are then stopped."""
     folder = _folder(data_dir)
     folder.mkdir(parents=True, exist_ok=True)

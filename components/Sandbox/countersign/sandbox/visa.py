@@ -4,11 +4,16 @@
 Labelled sandbox: no consulate is reachable from here. The HTTP contract the connector binds:
 
 - ``GET /consulates/{c}/slots?from=&to=`` → ``{slots: [{id, at}]}``: none until slots "appear",
-  then one. They appear at the ``appear_after``-th search (tests drive "time" by counting
-  searches, so time-skipping runs stay deterministic) or ``appear_after_s`` seconds after the
-  service started (the standalone sandbox), whichever comes first; ``POST /_sandbox/slots``
-  makes one appear now. ``fixed_slot`` (tests) answers ``slot-1`` at 2027-03-14T09:00Z whatever
-  the window; otherwise the slot lies in the window asked for (its first day, 09:00 UTC).
+  then one. The standalone sandbox's slot appears relative to the *watch* asking — one
+  consulate and window (``from``, ``to``): ``appear_after_s`` seconds after the first search of
+  that watch, or at its ``appear_after_watch_searches``-th search, whichever comes first — so a
+  watcher started any time after the service finds nothing at first and a slot a set time
+  later. Booking a watch's slot ends the watch: the next search of that consulate and window
+  starts a new one, whose slot is the next half hour of the day. Tests drive "time" by counting
+  every search (``appear_after``: the n-th search of any watch, so time-skipping runs stay
+  deterministic); ``POST /_sandbox/slots`` makes one appear now for every watch.
+  ``fixed_slot`` (tests) answers ``slot-1`` at 2027-03-14T09:00Z whatever the window; otherwise
+  the slot lies in the window asked for (its first day, 09:00 UTC, then 09:30, … after bookings).
 - ``POST /consulates/{c}/bookings`` ``{slot}`` → 201 ``{id, slot}``; honours
   ``Idempotency-Key`` (same key → same booking). Knobs: ``fail_after_booking`` (book, then
   answer 500: the outcome is lost), ``fail_before_booking`` (503, nothing booked), ``hold`` (the
@@ -35,6 +40,19 @@ from .http import Answer, JsonServer, Request, Served, page_or_admin
 __all__ = ["VisaSandbox", "serve_visa"]
 
 WHAT = "consulate appointment service"
+
+#: a watch: one consulate and window (``from``, ``to``) searched
+Watch = tuple[str, str, str]
+
+
+@dataclass
+class WatchSeen:
+    """When a watch first searched (the service's clock) and how often it has."""
+
+    first: float
+    searches: int = 0
+
+
 FIXED_SLOT = {"id": "slot-1", "at": "2027-03-14T09:00:00Z"}
 
 
@@ -42,9 +60,12 @@ FIXED_SLOT = {"id": "slot-1", "at": "2027-03-14T09:00:00Z"}
 class VisaSandbox:
     """State of the service (read by the tests; knobs set by them)."""
 
+    #: slots appear for every watch at the n-th search of any (tests: "time" counted in searches)
     appear_after: int = 10**9
-    #: slots also appear this many seconds after the service started (None: never by time)
+    #: a watch's slot appears this many seconds after its first search (None: never by time)
     appear_after_s: float | None = None
+    #: ... or at its n-th search (None: never by its own count)
+    appear_after_watch_searches: int | None = None
     #: tests: always ``slot-1`` at a fixed time; else a slot inside the window searched
     fixed_slot: bool = True
     searches: int = 0
@@ -70,22 +91,40 @@ class VisaSandbox:
     forced: bool = False
     url: str = ""
     clock: Callable[[], float] = time.monotonic
-    started: float = field(default_factory=time.monotonic)
+    #: (consulate, from, to) → the watch of that window: its first search and its count
+    watches: dict[Watch, WatchSeen] = field(default_factory=dict)
+    #: (consulate, from, to) → how many of its slots were booked (the next is half an hour later)
+    booked_in: dict[Watch, int] = field(default_factory=dict)
+    #: slot id → the watch it was offered to (a booking of it ends that watch)
+    offered: dict[str, Watch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def appeared(self) -> bool:
-        """Have slots appeared yet (by searches, by time, or forced)?"""
-        by_time = (
-            self.appear_after_s is not None and self.clock() - self.started >= self.appear_after_s
-        )
-        return self.forced or by_time or self.searches >= self.appear_after
+    def appeared(self, watch: Watch | None = None) -> bool:
+        """Has the slot of ``watch`` appeared yet (None: of any watch)? Forced, by the count of
+        all searches, or by the watch's own age or count."""
+        if self.forced or self.searches >= self.appear_after:
+            return True
+        if watch is None:
+            return any(self._due(seen) for seen in self.watches.values())
+        seen = self.watches.get(watch)
+        return seen is not None and self._due(seen)
 
-    def slot_for(self, consulate: str, date_from: str) -> dict[str, Any]:
-        """The slot that appears for a search from ``date_from``."""
+    def _due(self, seen: WatchSeen) -> bool:
+        by_time = self.appear_after_s is not None and (
+            self.clock() - seen.first >= self.appear_after_s
+        )
+        n = self.appear_after_watch_searches
+        return by_time or (n is not None and seen.searches >= n)
+
+    def slot_for(self, consulate: str, date_from: str, booked: int = 0) -> dict[str, Any]:
+        """The slot that appears for a search from ``date_from`` after ``booked`` bookings of
+        that window's earlier slots (09:00 UTC on its first day, then half an hour later each)."""
         if self.fixed_slot:
             return dict(FIXED_SLOT)
         day = date_from[:10] or "2027-03-14"
-        return {"id": f"{consulate}-{day}-0900", "at": f"{day}T09:00:00Z"}
+        hour, minute = divmod(9 * 60 + 30 * booked, 60)
+        hhmm = f"{hour % 24:02d}{minute:02d}"
+        return {"id": f"{consulate}-{day}-{hhmm}", "at": f"{day}T{hhmm[:2]}:{hhmm[2:]}:00Z"}
 
     def route(self, req: Request) -> Answer:
         """The HTTP entry point."""
@@ -118,8 +157,14 @@ class VisaSandbox:
             self.searches += 1
             window = (req.query.get("from", ""), req.query.get("to", ""))
             self.windows.append(window)
-            slots = [self.slot_for(consulate, window[0])] if self.appeared() else []
-            slots = [s for s in slots if s["id"] not in self.holds]
+            watch = (consulate, *window)
+            seen = self.watches.setdefault(watch, WatchSeen(first=self.clock()))
+            seen.searches += 1
+            slots = []
+            if self.appeared(watch):
+                slot = self.slot_for(consulate, window[0], self.booked_in.get(watch, 0))
+                self.offered[slot["id"]] = watch
+                slots = [slot] if slot["id"] not in self.holds else []
         return Answer(200, {"slots": slots})
 
     def _hold(self, method: str, slot: str, key: str | None = None) -> Answer:
@@ -155,8 +200,9 @@ class VisaSandbox:
                     "slot": body.get("slot"),
                 }
                 slot = body.get("slot")
-                slot_id = slot.get("id") if isinstance(slot, dict) else slot
-                self.holds.pop(str(slot_id), None)  # a booking ends the hold on its slot
+                slot_id = str(slot.get("id") if isinstance(slot, dict) else slot)
+                self.holds.pop(slot_id, None)  # a booking ends the hold on its slot
+                self._end_watch(slot_id)
             lose = self.fail_after_booking > 0
             if lose:
                 self.fail_after_booking -= 1
@@ -167,6 +213,14 @@ class VisaSandbox:
         if lose:
             return Answer(500, {"error": "internal"})
         return Answer(201, booking)
+
+    def _end_watch(self, slot_id: str) -> None:
+        """A booked slot ends the watch it was offered to (caller holds the lock): the next
+        search of that window starts a new watch, offered the next slot once it appears."""
+        watch = self.offered.pop(slot_id, None)
+        if watch is not None and not self.fixed_slot:
+            self.watches.pop(watch, None)
+            self.booked_in[watch] = self.booked_in.get(watch, 0) + 1
 
     def _admin(self, req: Request) -> Answer:
         if req.method == "GET" and req.path == "/_sandbox/state":
