@@ -20,6 +20,7 @@ __all__ = [
     "StaleWorldError",
     "WriteSpec",
     "ancestors",
+    "bounded",
     "stale_changes",
     "write_specs",
     "writes_before_gate",
@@ -49,14 +50,15 @@ class Change:
 
     def summary(self) -> dict[str, Any]:
         """For the audit and the API: the step and, for each changed field, old and new values
-        (each cut to 200 characters)."""
+        as JSON (``bounded``: lists and objects cut by structure, never a repr cut mid-way), so
+        the card can show them in the person's clock and currency."""
         fields: dict[str, Any] = {}
         if isinstance(self.before, Mapping) and isinstance(self.after, Mapping):
             for k in sorted(set(self.before) | set(self.after), key=str):
                 if self.before.get(k) != self.after.get(k):
-                    fields[str(k)] = [_cut(self.before.get(k)), _cut(self.after.get(k))]
+                    fields[str(k)] = [bounded(self.before.get(k)), bounded(self.after.get(k))]
         else:
-            fields["value"] = [_cut(self.before), _cut(self.after)]
+            fields["value"] = [bounded(self.before), bounded(self.after)]
         return {"step": self.step, "changed": fields}
 
     def describe(self) -> str:
@@ -64,9 +66,29 @@ class Change:
         return f"step {self.step}: {_short(self.before)} at preview, {_short(self.after)} now"
 
 
-def _cut(v: Any) -> Any:
-    text = repr(v)
-    return v if len(text) <= 200 else text[:197] + "..."
+#: at most this many items of a list (or members of an object) in a change's values
+_ITEMS = 20
+#: nesting kept in a change's values (deeper: the count of what was left out)
+_DEPTH = 4
+#: characters kept of one string value (a leaf, not a repr of the whole)
+_CHARS = 300
+
+
+def bounded(v: Any, depth: int = 0) -> Any:
+    """``v`` as JSON bounded by structure: at most ``_ITEMS`` items per list and members per
+    object, ``_DEPTH`` levels (deeper containers become "(N items)"), strings of at most
+    ``_CHARS`` characters; numbers, booleans and null as they are."""
+    if isinstance(v, Mapping | list | tuple) and depth >= _DEPTH:
+        return f"({len(v)} items)"
+    if isinstance(v, Mapping):
+        return {str(k): bounded(x, depth + 1) for k, x in list(v.items())[:_ITEMS]}
+    if isinstance(v, list | tuple):
+        return [bounded(x, depth + 1) for x in list(v)[:_ITEMS]]
+    if isinstance(v, str):
+        return v if len(v) <= _CHARS else v[: _CHARS - 1] + "…"
+    if v is None or isinstance(v, bool | int | float):
+        return v
+    return str(v)[:_CHARS]
 
 
 def _short(v: Any) -> str:

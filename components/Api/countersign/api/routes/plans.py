@@ -29,9 +29,13 @@ def list_plans(
 
 @router.get("/v1/plans/{plan_id}", tags=["plans"], response_model=dict[str, Any])
 async def get_plan(plan_id: str, who: Caller, svc: Svc) -> Response:
-    """The signed plan, its status, per-step status and results, and its gates."""
+    """The signed plan, its status, per-step status and results, and its gates; ``shown``: what
+    the card shows of its reads (those stored) and its writes."""
     # one statement on the read pool: cheaper in the loop than a hop to a worker thread
-    return json_response(svc.views.show(plan_id, who.user_id))
+    body = svc.views.show(plan_id, who.user_id)
+    outputs = {s["step"]: s["output"] for s in body["steps"] if s.get("output") is not None}
+    body["shown"] = await svc.runs.shown(body["plan"], outputs, who.user_id)
+    return json_response(body)
 
 
 @router.get("/v1/plans/{plan_id}/receipts", tags=["plans"], response_model=dict[str, Any])

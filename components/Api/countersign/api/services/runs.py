@@ -8,14 +8,16 @@ that was cancelled; a cancel is refused for a plan that already ended.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from countersign.audit import AuditLog
 from countersign.execute import ExecuteReport
+from countersign.intake import Contact
 from countersign.preview import run_preview
 from countersign.signer import KeyRing
 from countersign.steps import StoreRecorder
@@ -23,6 +25,7 @@ from countersign.storage import Database
 
 from ..core import TERMINAL
 from ..errors import DurableUpdateError, PlanCancelledError, PlanFinishedError
+from ..shown_reads import shown_plan
 from .durable import DurableLink
 from .runtime import Runtime
 from .views import PlanViews
@@ -43,9 +46,13 @@ class Runs:
     keyring: KeyRing
     connector_settings: Mapping[str, str]
     clock: Callable[[], datetime]
+    #: the caller's contacts, to name the people whose calendars were read (``Chat.people``;
+    #: None: people are named by their address)
+    people: Callable[[str], Sequence[Contact]] | None = None
 
     async def preview(self, plan_id: str, user_id: str) -> dict[str, Any]:
-        """Run the read-only preview (on n8n); the Preview wrapper."""
+        """Run the read-only preview (on n8n); the Preview wrapper, with ``shown``: what the card
+        shows of the reads and the writes (``shown_reads.shown_plan``)."""
         document = self.views.document(plan_id, user_id)
         self.views.not_cancelled(plan_id)
         transport = self.runtime.transport
@@ -62,7 +69,17 @@ class Runs:
             actor=user_id,
             now=self.clock(),
         )
-        return result.wrapper.to_json()
+        out = result.wrapper.to_json()
+        out["shown"] = await self.shown(document["plan"], result.outputs, user_id)
+        return out
+
+    async def shown(
+        self, plan: Mapping[str, Any], outputs: Mapping[Any, Any] | None, user_id: str
+    ) -> dict[str, Any]:
+        """What the card shows of ``plan``'s reads (``outputs``) and writes, people named by
+        the caller's contacts."""
+        people = await asyncio.to_thread(self.people, user_id) if self.people else ()
+        return shown_plan(plan, outputs, self.runtime.registry, people)
 
     async def execute(self, plan_id: str, user_id: str, tokens: Mapping[str, str]) -> ExecuteReport:
         """Execute with the given gate tokens (each spent now). A revision that was handed to
