@@ -187,8 +187,8 @@ def test_meeting_over_http_preview_approve_execute_once(api: Api) -> None:
         assert shown["gates"][0]["status"] == "passed"  # approved, then its writes ran
         # PlanWriter recorded the finished plan: library counts and history, once (issue 15.5)
         entry = api.services.runtime.executor.plan_writer.library.get(plan_id)  # type: ignore[union-attr]
-        # the gate's step and the four writes are done; the reads stay 'previewed'
-        assert entry is not None and entry.success_count == 5
+        # the gate's step and the four writes are done (the reads stay 'previewed'): one run
+        assert entry is not None and entry.success_count == 1
         assert entry.failure_count == 0 and entry.last_used_at is not None
         # the next meeting request finds it as an exemplar
         lib = api.services.runtime.executor.plan_writer.library  # type: ignore[union-attr]

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import socket
+import string
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from countersign.kernel import Evidence, Policy, RetrievalWeights
 from countersign.planlibrary import (
+    Bm25Index,
     Candidate,
     EmbeddingError,
     EmbeddingUnavailableError,
@@ -18,6 +22,7 @@ from countersign.planlibrary import (
     LiteLLMEmbedder,
     WordLlamaEmbedder,
     fit_dim,
+    meaningful,
     merge,
     rank,
     terms,
@@ -46,7 +51,7 @@ def test_terms_are_tsquery_safe_words_without_stop_words() -> None:
         "consulate",
     ]
     # operators and quotes never survive, so a term can go into to_tsquery as it is
-    assert terms("a & !b | c:* 'd' <-> (e)") == ["b", "c", "d", "e"]
+    assert terms("a & !bob | cat:* 'dog' <-> (eel)") == ["bob", "cat", "dog", "eel"]
     assert len(terms(" ".join(f"w{i}" for i in range(100)))) == 32
 
 
@@ -79,22 +84,80 @@ def test_success_and_recency_break_ties() -> None:
     assert got[1].parts["recency"] < 0.01
 
 
-def test_why_line_and_exemplar_evidence() -> None:
+def test_why_sentence_and_exemplar_evidence() -> None:
     e = _entry(7, success_count=3, failure_count=1, last_used_at=NOW - timedelta(days=2))
     ranked = rank(
-        [Candidate(entry=e, lexical=2.0, cosine=0.81, matched=("lisbon", "visa"))],
+        [Candidate(entry=e, lexical=2.0, cosine=0.81, matched=("book", "lisbon", "visa"))],
         weights=RetrievalWeights(),
         now=NOW,
     )
+    # the intent's own words ("book", "visa") are not news: only what else it shares is said
     assert ranked[0].why == (
-        "terms matched: lisbon, visa; similarity 0.81; 3/4 runs succeeded; last used 2 d ago"
+        "A book visa slot plan like this one ran 4 times, 3 of 4 successfully, last 2 days ago; "
+        "it shares lisbon with this request (similarity 0.81)."
     )
     (ev,) = to_evidence(ranked)
     assert isinstance(ev, Evidence) and ev.type == "exemplar" and ev.key == e.plan_id
     assert ev.source_ref == f"plan_library:{e.plan_id}"
-    assert isinstance(ev.value, dict) and ev.value["why"] == ranked[0].why
-    assert ev.value["last_used_at"] == "2026-11-23T00:00:00.000Z"
-    assert 0.0 <= ev.confidence <= 1.0
+    assert ev.why == ranked[0].why and "{" not in ev.why
+    assert isinstance(ev.value, dict) and ev.value["last_used_at"] == "2026-11-23T00:00:00.000Z"
+    assert ev.value["matched"] == ["book", "lisbon", "visa"] and ev.value["successes"] == 3
+    # a lone candidate has the best hybrid score of its query (~1); its confidence is its
+    # similarity, an absolute measure
+    assert ranked[0].score > 0.85 and ev.confidence == 0.81
+
+
+def test_one_run_is_said_as_one_run() -> None:
+    ok = _entry(1, success_count=1, last_used_at=NOW - timedelta(days=1))
+    bad = _entry(2, failure_count=1, last_used_at=NOW)
+    new = _entry(3)
+    whys = {
+        r.entry.plan_id: r.why
+        for r in rank(
+            [Candidate(entry=x, cosine=0.5) for x in (ok, bad, new)],
+            weights=RetrievalWeights(min_score=0.0),
+            now=NOW,
+        )
+    }
+    assert "ran yesterday and succeeded" in whys[ok.plan_id]
+    assert "ran today and failed" in whys[bad.plan_id]
+    assert "was made 100 days ago and has not run" in whys[new.plan_id]
+    assert all("runs succeeded" not in w and "/" not in w for w in whys.values())
+
+
+def test_a_lone_candidate_matched_on_nothing_meaningful_is_not_confident() -> None:
+    """The card showed 0.99 for a plan matched on "00": the score is relative (a lone candidate
+    scores ~1), so confidence is the similarity; a plan found without a vector gets at most
+    0.5."""
+    e = _entry(1)
+    far = rank([Candidate(entry=e, lexical=0.1, cosine=0.2)], weights=RetrievalWeights(), now=NOW)
+    assert far[0].score > 0.45 and to_evidence(far)[0].confidence == 0.2
+    lex_only = rank([Candidate(entry=e, lexical=0.3)], weights=RetrievalWeights(), now=NOW)
+    assert to_evidence(lex_only)[0].confidence <= 0.5
+
+
+def test_numbers_times_dates_and_short_tokens_are_never_terms() -> None:
+    assert terms("meeting 30 min 2027 at 00:00") == ["meeting"]
+    assert terms("Sync with Bob on 3 Nov 2027 at 9am, 15th, 30min, next Monday, UTC") == [
+        "sync",
+        "bob",
+    ]
+    assert terms("bob@example.com") == ["bob", "example"]
+    assert not meaningful("00") and not meaningful("2027") and not meaningful("ok")
+    assert meaningful("ps5") and meaningful("lisbon")
+    # the in-memory index never matches on them either
+    doc = _entry(1, text="schedule meeting 30 min 2027 00 00")
+    assert Bm25Index([doc]).search("visa 30 2027 00", 5) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=string.ascii_letters + string.digits + " :-/.,@", max_size=80))
+def test_no_term_is_a_number_a_short_token_or_a_stop_word(text: str) -> None:
+    got = terms(text)
+    assert len(got) == len(set(got)) <= 32
+    for t in got:
+        assert len(t) > 2 and not ("0" <= t[0] <= "9") and meaningful(t)
+        assert t.isascii() and t.isalnum() and t == t.lower()
 
 
 def test_merge_keeps_one_candidate_per_plan_with_both_scores() -> None:

@@ -195,3 +195,52 @@ def test_the_large_library_path_keeps_recall(db: Database, monkeypatch: pytest.M
         f"\nrecall@5 (large-library path): bm25 {bm25:.3f} vector {vector:.3f} hybrid {hybrid:.3f}"
     )
     assert hybrid > bm25 and hybrid > vector and hybrid >= 0.8
+
+
+def _intent(name: str, user: str, entities: dict[str, Any]) -> Intent:
+    return Intent.model_validate(
+        {
+            "intent": name,
+            "intent_id": "01JDQ3Z0000000000000000000",
+            "received_at": "2026-11-22T10:00:00Z",
+            "user_id": user,
+            "entities": entities,
+        }
+    )
+
+
+def test_a_visa_request_never_gets_a_meeting_exemplar(db: Database) -> None:
+    """The card showed meeting exemplars on a visa card: exemplars are of the intent's own
+    kind only, however many plans of other kinds the library holds and however they score."""
+    lib = PlanLibrary(db, embedder=EMBEDDER, clock=lambda: NOW)
+    meetings = [e for e in _entries("u-many") if e.intent != "book_visa_slot"]
+    assert len(meetings) > 100
+    _load(lib, meetings)
+    visa = _intent("book_visa_slot", "u-many", {"consulate": "lisbon", "date": "2027-01-30"})
+    assert lib.exemplars(visa, request="visa interview in Lisbon at 00:00 on 30 Jan 2027") == []
+    # one visa plan among them: it alone comes back, with a sentence, not JSON
+    (one,) = [e for e in _entries("u-many") if e.intent == "book_visa_slot"][:1]
+    _load(lib, [one])
+    got = lib.exemplars(visa, request="visa interview in Lisbon")
+    assert [e.key for e in got] == [one.plan_id]
+    assert got[0].why and got[0].why.startswith("A book visa slot plan") and "{" not in got[0].why
+
+
+def test_numbers_times_and_dates_never_match(db: Database) -> None:
+    """ "meeting 30 min 2027 at 00:00" matched stored plans on "30", "2027", "00": the tsquery
+    holds no such term, so a plan sharing only numbers with a request is not a lexical match."""
+    lib = PlanLibrary(db, embedder=EMBEDDER, clock=lambda: NOW)
+    numbers = LibraryEntry(
+        plan_id="01J00000000000000000009999",
+        user_id="u-num",
+        intent="book_visa_slot",
+        text="book visa slot 2027 01 30 00 00 at 30 min",
+        created_at=NOW,
+    )
+    _load(lib, [numbers])
+    with db.tx() as c:
+        assert lib.lexical(c, "u-num", "meeting 30 min 2027 at 00:00", 20, small=True) == []
+        hit = lib.lexical(c, "u-num", "visa at 00:00 on 30 Jan 2027", 20, small=True)
+    assert [h.matched for h in hit] == [("visa",)]
+    got = lib.retrieve("u-num", "meeting 30 min 2027 at 00:00", channels=("bm25",))
+    assert got == []

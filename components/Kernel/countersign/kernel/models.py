@@ -191,7 +191,11 @@ class Intent(Contract):
 
 
 class Evidence(Contract):
-    """One small typed fact from ContextRAG (never a raw blob)."""
+    """One small typed fact from ContextRAG (never a raw blob).
+
+    ``why`` is the one sentence a person reads about why the item is there ("Bob is in your
+    contacts."); optional, and left out of the JSON form when absent, so evidence made before
+    it existed serializes, hashes and verifies as it did (GLOBAL_SPEC §3)."""
 
     type: Literal["preference", "history", "contact", "plan", "exemplar"]
     key: str = Field(min_length=1, max_length=128)
@@ -199,6 +203,13 @@ class Evidence(Contract):
     confidence: float = Field(ge=0.0, le=1.0)
     source_ref: str = Field(min_length=1, max_length=256)
     ttl_days: int | None = Field(default=None, ge=0, le=36500)
+    why: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=300,
+        exclude_if=lambda v: v is None,
+        description="one sentence a person reads: why this item is evidence for the intent",
+    )
 
     @field_validator("value")
     @classmethod

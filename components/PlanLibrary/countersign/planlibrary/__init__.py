@@ -2,7 +2,7 @@
 for a new intent by a hybrid of BM25 (PostgreSQL full-text), pgvector similarity, success rate and
 recency, and handed to the planner as ``exemplar`` evidence with a one-line why."""
 
-from .core import intent_text, merge, plan_text, rank, terms, to_evidence, why_line
+from .core import intent_text, meaningful, merge, plan_text, rank, terms, to_evidence, why_line
 from .embeddings import (
     Embedder,
     LiteLLMEmbedder,
@@ -32,6 +32,7 @@ __all__ = [
     "default_embedder",
     "fit_dim",
     "intent_text",
+    "meaningful",
     "merge",
     "plan_text",
     "rank",

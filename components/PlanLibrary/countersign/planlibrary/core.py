@@ -20,6 +20,7 @@ from .models import Candidate, LibraryEntry, Ranked
 
 __all__ = [
     "intent_text",
+    "meaningful",
     "merge",
     "plan_text",
     "rank",
@@ -29,43 +30,43 @@ __all__ = [
 ]
 
 _TOKEN = re.compile(r"[a-z0-9]+")
-#: words that carry no meaning for matching plans (kept short: entity words must survive)
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "at",
-        "by",
-        "for",
-        "from",
-        "in",
-        "into",
-        "is",
-        "it",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "our",
-        "please",
-        "the",
-        "to",
-        "up",
-        "with",
-    ]
-)
+#: words that carry no meaning for matching plans (kept short: entity words must survive):
+#: function words, and the words of times and dates (months, weekdays, units, relative days)
+_STOP_WORDS = """
+    about after all also and any are ask back been before but can could did does for from get
+    had has have her here him his how into its just let like make need not now off one our out
+    please she some than that the their them then there these they this those too two until
+    very want was were what when where which who why will with would you your yours
+    january february march april may june july august september october november december
+    jan feb mar apr jun jul aug sep sept oct nov dec
+    monday tuesday wednesday thursday friday saturday sunday
+    mon tue tues wed thu thur thurs fri sat sun
+    today tomorrow yesterday tonight morning afternoon evening noon midnight week weeks
+    weekend day days month months year years hour hours hrs min mins minute minutes sec
+    second seconds next last utc gmt
+    com org net www http https mailto
+"""
+_STOP = frozenset(_STOP_WORDS.split())
 _MAX_TERMS = 32
 
 
-def terms(text: str) -> list[str]:
-    """Lower-case ASCII word tokens of ``text`` without stop words, in order, each once.
+def meaningful(token: str) -> bool:
+    """True when a lower-case token can say what a plan is about: at least three characters,
+    not a stop, time or date word, and not a number or a number with a unit or suffix
+    (``30``, ``2027``, ``00``, ``9am``, ``15th``, ``30min`` — times, dates, lengths, years)."""
+    return len(token) > 2 and token not in _STOP and not ("0" <= token[0] <= "9")
 
-    Only ``[a-z0-9]+`` survives, so a term is always safe inside a tsquery."""
+
+def terms(text: str) -> list[str]:
+    """Lower-case ASCII word tokens of ``text`` that carry meaning (``meaningful``), in order,
+    each once, at most 32.
+
+    Only ``[a-z0-9]+`` survives, so a term is always safe inside a tsquery. The store's
+    tsquery and the in-memory BM25 index both use these terms, so neither ever matches on a
+    number, a time, a date or a one- or two-character token."""
     seen: dict[str, None] = {}
     for t in _TOKEN.findall(text.lower()):
-        if t not in _STOP and t not in seen:
+        if meaningful(t) and t not in seen:
             seen[t] = None
             if len(seen) >= _MAX_TERMS:
                 break
@@ -111,24 +112,39 @@ def _recency(e: LibraryEntry, now: datetime, half_life_days: float) -> float:
     return math.pow(0.5, age / half_life_days)
 
 
-def _age(e: LibraryEntry, now: datetime) -> str:
-    last = e.last_used_at
-    if last is None:
-        return "never used"
-    days = max(0, int((now - last).total_seconds() // 86400))
-    return "last used today" if days == 0 else f"last used {days} d ago"
+def _ago(at: datetime, now: datetime) -> str:
+    days = max(0, int((now - at).total_seconds() // 86400))
+    return "today" if days == 0 else "yesterday" if days == 1 else f"{days} days ago"
+
+
+def _outcome(e: LibraryEntry, now: datetime) -> str:
+    """What the stored plan's runs came to, counted per run (PlanWriter counts a run once,
+    whatever its number of steps)."""
+    runs = e.success_count + e.failure_count
+    if runs == 0 or e.last_used_at is None:
+        return f"was made {_ago(e.created_at, now)} and has not run"
+    when = _ago(e.last_used_at, now)
+    if runs == 1:
+        return f"ran {when} and {'succeeded' if e.success_count else 'failed'}"
+    return f"ran {runs} times, {e.success_count} of {runs} successfully, last {when}"
 
 
 def why_line(c: Candidate, parts: Mapping[str, float], now: datetime) -> str:
-    """One line a person can read: terms matched, similarity, successes, last used."""
+    """The one sentence a person reads about a stored plan found for a request: which kind of
+    plan, how its runs went, the meaningful words it shares with the request (not the intent's
+    own name), and how similar it is, e.g. "A book visa slot plan like this one ran 2 days ago
+    and succeeded; it shares lisbon, consulate with this request (similarity 0.81)."
+    """
     e = c.entry
-    matched = ", ".join(c.matched[:6]) if c.matched else "none"
-    sim = "n/a" if c.cosine is None else f"{c.cosine:.2f}"
-    runs = e.success_count + e.failure_count
-    return (
-        f"terms matched: {matched}; similarity {sim}; "
-        f"{e.success_count}/{runs} runs succeeded; {_age(e, now)}"
-    )[:256]
+    what = e.intent.replace("_", " ").replace(".", " ")
+    named = set(what.split())
+    shared = [t for t in c.matched if t not in named][:5]
+    line = f"A {what} plan like this one {_outcome(e, now)}"
+    if shared:
+        line += f"; it shares {', '.join(shared)} with this request"
+    if c.cosine is not None:
+        line += f" (similarity {max(0.0, c.cosine):.2f})"
+    return (line + ".")[:256]
 
 
 def _scaler(values: Sequence[float], single: Callable[[float], float]) -> Callable[[float], float]:
@@ -179,6 +195,8 @@ def rank(
                 score=round(score, 6),
                 parts={k: round(v, 4) for k, v in parts.items()},
                 why=why_line(c, parts, now),
+                similarity=None if c.cosine is None else round(max(0.0, min(1.0, c.cosine)), 4),
+                matched=c.matched,
             )
         )
     out.sort(key=lambda r: (-r.score, -(r.entry.created_at.timestamp()), r.entry.plan_id))
@@ -200,10 +218,14 @@ def merge(lexical: Sequence[Candidate], vector: Sequence[Candidate]) -> list[Can
 
 def to_evidence(ranked: Sequence[Ranked]) -> list[Evidence]:
     """``exemplar`` evidence items (GLOBAL_SPEC §3), one per ranked plan: key = the plan id,
-    value = {intent, score, why, successes, failures, last_used_at}, confidence = the score."""
+    value = {intent, score, similarity, matched, successes, failures, last_used_at}, why = the
+    ranked plan's sentence, confidence = its similarity to the request (an absolute measure;
+    the hybrid score only ranks one query's candidates: a lone candidate scores near 1
+    whatever it matched). Without a vector, half the share of meaningful terms it matched."""
     out = []
     for r in ranked:
         e = r.entry
+        confidence = r.similarity if r.similarity is not None else 0.5 * min(1.0, r.parts["bm25"])
         out.append(
             Evidence(
                 type="exemplar",
@@ -211,13 +233,15 @@ def to_evidence(ranked: Sequence[Ranked]) -> list[Evidence]:
                 value={
                     "intent": e.intent,
                     "score": r.score,
-                    "why": r.why,
+                    "similarity": r.similarity,
+                    "matched": list(r.matched[:6]),
                     "successes": e.success_count,
                     "failures": e.failure_count,
                     "last_used_at": None if e.last_used_at is None else format_utc(e.last_used_at),
                 },
-                confidence=max(0.0, min(1.0, r.score)),
+                confidence=round(max(0.0, min(1.0, confidence)), 3),
                 source_ref=f"plan_library:{e.plan_id}",
+                why=r.why,
             )
         )
     return out

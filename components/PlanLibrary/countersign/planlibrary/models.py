@@ -39,11 +39,16 @@ class Candidate(BaseModel):
 
 
 class Ranked(BaseModel):
-    """A candidate with its hybrid score, the parts of it, and the one-line why."""
+    """A candidate with its hybrid score, the parts of it, and the one-sentence why."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     entry: LibraryEntry
+    #: ranks this query's candidates only (channels are scaled within them)
     score: float
     parts: dict[str, float]
     why: str
+    #: cosine similarity to the request clipped to 0..1 (absolute); None without a vector
+    similarity: float | None = None
+    #: the request's meaningful terms the plan's text holds
+    matched: tuple[str, ...] = ()

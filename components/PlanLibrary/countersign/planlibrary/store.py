@@ -331,8 +331,13 @@ class PlanLibrary:
         limit: int | None = None,
     ) -> list[Evidence]:
         """The stable entry point ContextRAG calls (SPEC §4): the intent's user's best stored
-        plans as ``exemplar`` evidence, each with its one-line why."""
+        plans **of the same intent** as ``exemplar`` evidence, each with its one-sentence why
+        (a plan of another intent is never evidence for this one, however many there are)."""
         ranked = self.retrieve(
-            intent.user_id, intent_text(intent, request), weights=weights, limit=limit
+            intent.user_id,
+            intent_text(intent, request),
+            weights=weights,
+            limit=limit,
+            intent=intent.intent,
         )
-        return to_evidence(ranked)
+        return to_evidence([r for r in ranked if r.entry.intent == intent.intent])

@@ -266,7 +266,10 @@ def _insert_outcomes(
 
 
 def _count_outcomes(c: Connection, plan_id: str) -> tuple[int, int]:
-    """The plan's ``ok`` and ``failed`` outcome rows (step 2's recount)."""
+    """Step 2's recount, per run (one signed plan is one run, interactive or durable, whatever
+    its number of steps): ``(1, 0)`` when it recorded outcomes and none failed, ``(0, 1)`` when
+    any step failed, ``(0, 0)`` before any step's outcome — so the library's "n of m runs
+    succeeded" counts runs, never steps."""
     ok, failed = c.execute(
         text(
             "SELECT count(*) FILTER (WHERE status = 'ok'), "
@@ -274,7 +277,7 @@ def _count_outcomes(c: Connection, plan_id: str) -> tuple[int, int]:
         ),
         {"p": plan_id},
     ).one()
-    return ok, failed
+    return (1 if ok and not failed else 0), (1 if failed else 0)
 
 
 _INSERT_OUTCOME = text(
