@@ -29,6 +29,7 @@ from countersign.storage import (
     InProgressError,
     OutcomeUnknownError,
     PlanConflictError,
+    ResourceBusyError,
     StorageError,
 )
 from countersign.storage.errors import StorageConstraintError
@@ -63,6 +64,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (ApprovalError, 403),
     (GateDecidedError, 409),
     (InProgressError, 409),
+    (ResourceBusyError, 409),
     (PlanConflictError, 409),
     (StorageConstraintError, 409),
     (PlanNotCurrentError, 409),
@@ -97,6 +99,7 @@ _EXTRAS: list[tuple[type[CountersignError], Callable[[Any], dict[str, Any]]]] = 
     (DocumentError, lambda e: {"path": e.path} if e.path else {}),
     (StaleWorldError, lambda e: {"changes": [c.summary() for c in e.changes]}),
     (ChoiceError, lambda e: {"gate_id": e.gate_id, "field": e.field}),
+    (ResourceBusyError, lambda e: {"resource": e.key}),
     (
         OverBudgetError,
         lambda e: {"budget": {"step": e.step, "limit": e.limit, "total": e.total}},

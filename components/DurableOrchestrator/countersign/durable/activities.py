@@ -38,11 +38,12 @@ from countersign.steps import (
     check_current,
     gate_scopes,
     idempotency_key,
+    step_lock_key,
     undo_writes,
     write_once,
 )
 from countersign.steps.http import http_call, send
-from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError
+from countersign.storage import Database, IdempotencyLedger, OutcomeUnknownError, ResourceLocks
 
 from .models import (
     CompensateCall,
@@ -334,14 +335,21 @@ class DurableActivities:
         try:
             # one sequence for both runtimes: run here on a private event loop of this activity's
             # thread (the sender's sends block that thread only)
-            outcome = asyncio.run(
-                write_once(
-                    self._writes(), self.sender, write, actor=call.user_id, mark=self._marks(plan)
-                )
-            )
+            outcome = asyncio.run(self._write_held(write, plan, call.user_id))
         except CountersignError as e:
             raise _write_error(f"plan {plan.plan_id} step {step.step} ({write.op})", e) from e
         return dict(outcome.result or {})
+
+    async def _write_held(self, write: Write, plan: Plan, actor: str) -> Any:
+        """``write_once`` holding the resource the op declares (``lock``, filled with the
+        write's args): the interactive runtime's gates hold the same keys on the same database,
+        so the two runtimes never write one resource at once (ExecuteOrchestrator LLD)."""
+        op = self.registry.op(write.step.uses, write.step.call)
+        key = step_lock_key(op.lock, write.args)
+        async with ResourceLocks(self.db).hold([key] if key else []):
+            return await write_once(
+                self._writes(), self.sender, write, actor=actor, mark=self._marks(plan)
+            )
 
     def _write_key(self, plan: Plan, call: StepCall) -> tuple[PlanStep, dict[str, Any], str]:
         """The step, its args with references resolved, and its idempotency key."""

@@ -4,7 +4,8 @@ Order (ExecuteOrchestrator LLD): verify the signature → the plan belongs to th
 guarding a write is proven by a token redeemed now (every execute spends fresh tokens; a second
 execute of a plan therefore needs a new approval, and its writes are then answered from the
 ledger) → the world the person saw still holds (fresh reads vs. preview fingerprints; skipped when
-resuming an execute that already wrote) → each write goes through the one write sequence
+resuming an execute that already wrote), under the resource locks its writes declare, held
+until the gate's last write (``locks``) → each write goes through the one write sequence
 (``steps.write_once``) on n8n → on a failed write, the writes done are undone, newest first
 (``steps.undo_writes``). Every decision is audited.
 
@@ -38,9 +39,10 @@ from countersign.steps import (
     StoreRecorder,
     WriteProtocol,
     check_budget,
+    lock_keys,
     verify_or_audit,
 )
-from countersign.storage import Database, IdempotencyLedger
+from countersign.storage import Database, IdempotencyLedger, ResourceLocks
 from countersign.workflowbuilder import CredentialRef
 
 from .checks import GateChecks
@@ -112,6 +114,10 @@ class Executor:
     plan_writer: PlanWriter | None = None
     #: the stores to work on; None: ``ExecuteStores.over(db, clock=clock)``
     stores: ExecuteStores | None = None
+    #: the resource locks a gate's writes hold (Storage ``ResourceLocks``); None: over ``db``
+    locks: ResourceLocks | None = None
+    #: how long a gate's writes wait for a resource another plan is writing to
+    lock_wait_s: float = 15.0
 
     def __post_init__(self) -> None:
         stores = self.stores or ExecuteStores.over(self.db, clock=self.clock)
@@ -119,6 +125,7 @@ class Executor:
         self.recorder = stores.recorder
         self.approvals = stores.approvals
         self.ledger = stores.ledger
+        self._locks = self.locks or ResourceLocks(self.db)
         self.writes = WriteProtocol(
             self.ledger,
             lambda row: self._audit(**row),
@@ -417,16 +424,22 @@ class Executor:
         resumed = any(
             writer.started(plan, plan.step(w.step), run.outputs, run.choices) for w in g_specs
         )
-        if not resumed:  # the choice again, against the fresh reads and the clock
-            reads = gate_reads(g_specs)
-            seen = await self._check_stale(plan, run.runner, reads, prints, run.outputs, user_id)
-            run.choices[gate] = checks.checked_choice(
-                plan, gate, {**run.outputs, **seen}, choice, user_id, now=self.clock()
+        # the resources these writes touch are held from the re-check to the last write: a
+        # second plan for the same calendar waits, then sees this one's event in its re-check
+        keys = lock_keys(plan, [w.step for w in g_specs], self.registry, run.outputs, run.choices)
+        async with self._locks.hold(keys, wait_s=self.lock_wait_s):
+            if not resumed:  # the choice again, against the fresh reads and the clock
+                reads = gate_reads(g_specs)
+                seen = await self._check_stale(
+                    plan, run.runner, reads, prints, run.outputs, user_id
+                )
+                run.choices[gate] = checks.checked_choice(
+                    plan, gate, {**run.outputs, **seen}, choice, user_id, now=self.clock()
+                )
+            self.recorder.plans.set_step(
+                plan.plan_id, gate_step(plan, gate), "done", output={"choice": run.choices[gate]}
             )
-        self.recorder.plans.set_step(
-            plan.plan_id, gate_step(plan, gate), "done", output={"choice": run.choices[gate]}
-        )
-        return await writer.run(run, g_specs, progress, prints)
+            return await writer.run(run, g_specs, progress, prints)
 
     def _within_budget(self, run: Run, gate: str) -> None:
         """``check_budget`` with what earlier writes reported; a refusal is audited."""

@@ -10,6 +10,7 @@ from .choices import ChoiceError, GateOffer, ancestors, check_choice, gate_offer
 from .compensation import compensation_step, compensation_steps, original_of
 from .direct import DirectSend, DirectSender
 from .gates import gate_scopes, guarding_gate
+from .locks import lock_keys, step_lock_key
 from .runner import (
     N8nStepRunner,
     PreparedStep,
@@ -85,11 +86,13 @@ __all__ = [
     "guarding_gate",
     "idempotency_key",
     "ledger_result",
+    "lock_keys",
     "natural_key",
     "no_marks",
     "offered_choices",
     "original_of",
     "run_dag",
+    "step_lock_key",
     "step_output",
     "undo_writes",
     "verify_or_audit",

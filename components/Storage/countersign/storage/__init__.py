@@ -7,6 +7,7 @@ from .errors import (
     LedgerStateError,
     OutcomeUnknownError,
     PlanConflictError,
+    ResourceBusyError,
     SchemaTooNewError,
     StorageConstraintError,
     StorageError,
@@ -14,6 +15,7 @@ from .errors import (
 )
 from .events import PlanEvents
 from .idempotency import Claim, IdempotencyLedger
+from .locks import ResourceLocks
 from .plans import PlanStore, stored_document
 from .reads import ReadPool, libpq_url
 from .sink import AuditSink
@@ -31,6 +33,8 @@ __all__ = [
     "PlanEvents",
     "PlanStore",
     "ReadPool",
+    "ResourceBusyError",
+    "ResourceLocks",
     "SchemaTooNewError",
     "StorageConstraintError",
     "StorageError",

@@ -10,6 +10,7 @@ __all__ = [
     "LedgerStateError",
     "OutcomeUnknownError",
     "PlanConflictError",
+    "ResourceBusyError",
     "SchemaTooNewError",
     "StorageConstraintError",
     "StorageError",
@@ -78,3 +79,18 @@ class LedgerStateError(StorageError):
 
     code = "idempotency_bad_transition"
     retryable = False
+
+
+class ResourceBusyError(StorageError):
+    """Another writer held a resource this write needs for longer than the wait allowed (HTTP
+    409): nothing was written; the person can try again or re-plan."""
+
+    code = "resource_busy"
+    retryable = True
+
+    def __init__(self, key: str, wait_s: float) -> None:
+        super().__init__(
+            f"another plan is writing to {key} and held it for {wait_s:g} s; nothing was "
+            "written: try again, or plan again if what you saw has changed"
+        )
+        self.key = key

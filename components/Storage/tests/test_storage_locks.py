@@ -1,0 +1,153 @@
+"""Resource locks (Storage LLD §5): one holder per key across connections, all of a holder's keys
+or none, a bounded wait that names the key, and a dead holder's locks released by the server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from countersign.storage import Database, ResourceBusyError, ResourceLocks
+
+
+def test_two_holders_of_one_key_run_one_after_the_other(db: Database) -> None:
+    locks = ResourceLocks(db)
+    inside: list[str] = []
+    log: list[tuple[str, str]] = []
+
+    async def writer(name: str) -> None:
+        async with locks.hold(["calendar:alice"]):
+            inside.append(name)
+            log.append(("in", name))
+            assert len(inside) == 1, f"two holders at once: {inside}"
+            await asyncio.sleep(0.05)
+            inside.remove(name)
+            log.append(("out", name))
+
+    async def main() -> None:
+        await asyncio.gather(*(writer(f"w{i}") for i in range(5)))
+
+    asyncio.run(main())
+    # strictly nested: every "in" is followed by its own "out"
+    assert [k for k, _ in log] == ["in", "out"] * 5
+
+
+def test_different_keys_do_not_wait_for_each_other(db: Database) -> None:
+    locks = ResourceLocks(db)
+
+    async def main() -> float:
+        async with locks.hold(["calendar:alice"]):
+            t = time.monotonic()
+            async with locks.hold(["calendar:bob"], wait_s=0.2):
+                return time.monotonic() - t
+
+    assert asyncio.run(main()) < 0.2
+
+
+def test_a_held_key_is_refused_after_the_wait_naming_it_and_nothing_is_kept(db: Database) -> None:
+    locks = ResourceLocks(db)
+
+    async def main() -> None:
+        async with locks.hold(["cart:alice"]):
+            t = time.monotonic()
+            with pytest.raises(ResourceBusyError) as e:
+                # all or nothing: calendar:zed is free, cart:alice is not
+                async with locks.hold(["calendar:zed", "cart:alice"], wait_s=0.3):
+                    pytest.fail("entered while another holder had cart:alice")
+            assert 0.2 <= time.monotonic() - t < 2.0
+            assert e.value.key == "cart:alice" and e.value.code == "resource_busy"
+            assert "cart:alice" in e.value.message
+            # the free key it tried was let go: another holder takes it at once
+            async with locks.hold(["calendar:zed"], wait_s=0.05):
+                pass
+
+    asyncio.run(main())
+
+
+def test_a_block_that_raises_releases_its_keys(db: Database) -> None:
+    locks = ResourceLocks(db)
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError):
+            async with locks.hold(["visa:lisbon"]):
+                raise RuntimeError("the write failed")
+        async with locks.hold(["visa:lisbon"], wait_s=0.05):
+            pass
+
+    asyncio.run(main())
+
+
+def test_a_killed_holder_process_releases_its_lock(db: Database) -> None:
+    url = db.engine.url.render_as_string(hide_password=False)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import asyncio, sys\n"
+            "from countersign.storage import Database, ResourceLocks\n"
+            "db = Database.from_url(sys.argv[1], migrate=False)\n"
+            "async def main():\n"
+            "    async with ResourceLocks(db).hold(['calendar:dead']):\n"
+            "        print('held', flush=True)\n"
+            "        await asyncio.sleep(600)\n"
+            "asyncio.run(main())\n",
+            url,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        locks = ResourceLocks(db)
+
+        async def taken(wait_s: float) -> bool:
+            try:
+                async with locks.hold(["calendar:dead"], wait_s=wait_s):
+                    return True
+            except ResourceBusyError:
+                return False
+
+        assert not asyncio.run(taken(0.2)), "the live holder keeps it"
+        holder.kill()  # SIGKILL: no unlock runs; the server sees the session end
+        holder.wait(10)
+        assert asyncio.run(taken(10.0)), "a dead holder's lock is released"
+    finally:
+        holder.kill()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=3),
+        min_size=2,
+        max_size=4,
+    )
+)
+def test_any_key_sets_never_overlap_on_a_shared_key_and_never_deadlock(
+    db: Database, sets: list[list[str]]
+) -> None:
+    locks = ResourceLocks(db, backoff_s=(0.001, 0.01))
+    held: dict[str, str] = {}
+
+    async def one(i: int, keys: list[str]) -> None:
+        async with locks.hold(keys, wait_s=10):
+            for k in set(keys):
+                assert k not in held, f"{k} held by {held[k]} and holder {i}"
+                held[k] = str(i)
+            await asyncio.sleep(0.005)
+            for k in set(keys):
+                del held[k]
+
+    async def main() -> None:
+        await asyncio.gather(*(one(i, ks) for i, ks in enumerate(sets)))
+
+    asyncio.run(main())
