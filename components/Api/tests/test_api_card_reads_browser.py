@@ -1,0 +1,120 @@
+"""The card's "What was read", "What will be written" and "What changed since you looked" in a
+real browser (Playwright driving Debian's chromium, in Berlin's clock and a British locale): each
+calendar read names whose calendar it is with its busy stretches in the person's clock and a day
+strip with a text alternative; each write is a sentence; a stale preview shows old → new in the
+person's clock — never JSON nor a Python repr. Screenshots: ``artifacts/screenshots/card-reads-*``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+from countersign.api import UserStore
+from countersign.api.testing import ALICE, BOB, ApiHarness, chromium
+
+pytestmark = pytest.mark.slow
+
+SHOTS = Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
+BERLIN = ZoneInfo("Europe/Berlin")
+#: the card's own sections (the evidence and the plan picture are other helpers' parts)
+MINE = "section.card ul.reads, section.card ul.writes, section.card ul.changes"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as b:
+        yield b
+
+
+def _signed_in(browser: Browser, api: ApiHarness, user: str) -> Page:
+    link = UserStore(api.db, clock=lambda: datetime.now(UTC)).login_link(user)
+    page = browser.new_context(timezone_id="Europe/Berlin", locale="en-GB").new_page()
+    page.goto(f"{api.base}/login?token={link}")
+    page.wait_for_selector("#text")
+    return page
+
+
+def _ask(page: Page, text: str) -> None:
+    page.fill("#text", text)
+    page.press("#text", "Enter")
+
+
+def _ics(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _mine(page: Page) -> str:
+    return " ".join(page.locator(MINE).all_inner_texts())
+
+
+def test_the_card_says_whose_calendar_is_busy_when_in_the_persons_clock(
+    browser: Browser, api: ApiHarness
+) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    tomorrow = (datetime.now(BERLIN) + timedelta(days=1)).replace(
+        hour=14, minute=0, second=0, microsecond=0
+    )
+    api.radicale.add_event(
+        BOB, "card-reads-busy", _ics(tomorrow), _ics(tomorrow + timedelta(minutes=45))
+    )
+    page = _signed_in(browser, api, ALICE)
+    _ask(page, "schedule a 30 minute meeting with Alice and Bob tomorrow afternoon called Sync")
+    page.wait_for_selector("section.card ul.reads")
+    page.screenshot(path=str(SHOTS / "card-reads-meeting.png"), full_page=True)
+    lines = page.locator("section.card ul.reads li.busy .line").all_inner_texts()
+    bob = [t for t in lines if re.search(r"\bBob\b|bob@example\.com", t)]
+    alice = [t for t in lines if re.search(r"\bAlice\b|alice@example\.com", t)]
+    # Bob's 14:00–14:45 in Berlin's clock (13:00Z), not UTC and not JSON
+    assert bob and "busy 14:00–14:45" in bob[0], lines
+    assert alice and "free the whole time" in alice[0], lines
+    strip = page.locator("section.card ul.reads li.busy .strip").first
+    assert "busy 14:00–14:45" in (
+        page.locator(
+            "section.card ul.reads li.busy .strip[aria-label*='14:00–14:45']"
+        ).first.get_attribute("aria-label")
+        or ""
+    )
+    assert strip.get_attribute("role") == "img"
+    free = page.locator("section.card ul.reads li.free .line").inner_text()
+    assert free.startswith("Free for everyone, at least 30 min:"), free
+    writes = page.locator("section.card ul.writes li").all_inner_texts()
+    assert any(
+        w.startswith("Create the event “Sync” in ") and "at the time you pick below" in w
+        for w in writes
+    ), writes
+    assert any(w.startswith("Mail ") and "“Sync”" in w for w in writes), writes
+    text = _mine(page)
+    assert '{"' not in text and "{'" not in text and "$ref" not in text, text
+    assert api.events_in_calendar() == []  # the card wrote nothing
+
+
+def test_a_stale_card_shows_old_to_new_in_the_persons_clock(
+    browser: Browser, api: ApiHarness
+) -> None:
+    page = _signed_in(browser, api, ALICE)
+    _ask(page, "schedule a 30 minute meeting with Alice and Bob tomorrow afternoon called Moved")
+    page.wait_for_selector("section.card ul.reads")
+    picked = json.loads(
+        page.locator("section.card fieldset input").first.get_attribute("data-choice") or ""
+    )
+    start, end = (
+        datetime.fromisoformat(picked[k].replace("Z", "+00:00")) for k in ("start", "end")
+    )
+    api.radicale.add_event(BOB, "card-reads-moved", _ics(start), _ics(end), "dentist")
+    page.get_by_role("button", name="Approve").click()
+    page.wait_for_selector("text=What changed since you looked")
+    page.screenshot(path=str(SHOTS / "card-reads-stale.png"), full_page=True)
+    rows = page.locator("section.card ul.changes li").all_inner_texts()
+    local = f"{start.astimezone(BERLIN):%H:%M}–{end.astimezone(BERLIN):%H:%M}"
+    assert any("busy:" in r and "→" in r and local in r.split("→")[1] for r in rows), (rows, local)
+    assert any(re.search(r"Bob's calendar|calendar of bob@example\.com", r) for r in rows), rows
+    text = _mine(page)
+    assert "{'" not in text and '{"' not in text and "..." not in text, text
+    assert api.events_in_calendar() == []
