@@ -1,4 +1,4 @@
-"""The caller's plans: the list, one plan, its receipts, a revision, a re-plan."""
+"""The caller's plans: the list, one plan, its receipts, a revision, a re-plan, the revision tree."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ..bodies import StrictJsonRoute
 from ..deps import Caller, Svc, Telemetry
 from ..models import ReplanRequest, ReviseRequest
 from ..responses import json_response
+from ..services.revisions import revision_tree
 
 __all__ = ["router"]
 
@@ -45,6 +46,15 @@ def get_receipts(plan_id: str, who: Caller, svc: Svc) -> Response:
     name = f"receipts-{plan_id}.json"
     disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
     return json_response(svc.views.receipts(plan_id, who.user_id), headers=disposition)
+
+
+@router.get("/v1/plans/{plan_id}/revisions", tags=["plans"], response_model=dict[str, Any])
+def get_revisions(plan_id: str, who: Caller, svc: Svc) -> Response:
+    """The tree of revisions this plan belongs to: from its root down, each plan with its
+    status, why it was made (``reason``: edited, evidence_dropped; ``changed``, ``dropped``) and
+    its own ``revisions``; the plan asked about is ``current``. Open any of them at
+    ``/plans/{id}`` and revise it to fork from there; an approval never carries over."""
+    return json_response(revision_tree(svc.views, plan_id, who.user_id))
 
 
 @router.post("/v1/plans/{plan_id}/revise", status_code=201, tags=["plans"])

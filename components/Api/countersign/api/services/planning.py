@@ -191,7 +191,7 @@ class Planning:
         signed and previewed as a new plan that names the one it revises."""
         body = await asyncio.to_thread(self.revision_body, parent, user_id, changes)
         proposal = await self.propose(body, user_id, observe=observe)
-        return await self._linked(parent, proposal, user_id, sorted(changes))
+        return await self._linked(parent, proposal, user_id, sorted(changes), {"reason": "edited"})
 
     async def replan(
         self, plan_id: str, drop: Sequence[str], user_id: str, *, observe: Observe = unobserved
@@ -200,17 +200,25 @@ class Planning:
         card's "drop and re-plan"): a revision naming the plan it revises."""
         body = await asyncio.to_thread(self.replan_body, plan_id, user_id)
         proposal = await self.propose(body, user_id, drop=drop, observe=observe)
-        out = await self._linked(plan_id, proposal, user_id, ["evidence"])
-        out.body["dropped"] = sorted(set(drop))
+        dropped = sorted(set(drop))
+        why = {"reason": "evidence_dropped", "dropped": dropped}
+        out = await self._linked(plan_id, proposal, user_id, ["evidence"], why)
+        out.body["dropped"] = dropped
         return out
 
     async def _linked(
-        self, parent: str, proposal: Proposal, user_id: str, changed: list[str]
+        self,
+        parent: str,
+        proposal: Proposal,
+        user_id: str,
+        changed: list[str],
+        why: Mapping[str, Any],
     ) -> Proposal:
-        """A planned revision is recorded as revising ``parent`` (audited on both plans)."""
+        """A planned revision is recorded as revising ``parent`` (audited on both plans), with
+        why it was made (``why``: ``reason`` — edited, evidence_dropped — and its details)."""
         child = proposal.body.get("plan_id")
         if child:
-            await asyncio.to_thread(self.revised, parent, child, user_id, changed)
+            await asyncio.to_thread(self.revised, parent, child, user_id, changed, why)
             proposal.body["revises"] = {"plan_id": parent, "changed": changed}
         return proposal
 
@@ -251,12 +259,21 @@ class Planning:
             "context_budget": plan.intent.context_budget,
         }
 
-    def revised(self, parent: str, child: str, user_id: str, changed: Sequence[str]) -> None:
-        """Record that ``child`` revises ``parent`` (audited on both plans' event streams)."""
+    def revised(
+        self,
+        parent: str,
+        child: str,
+        user_id: str,
+        changed: Sequence[str],
+        why: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record that ``child`` revises ``parent`` and why (audited on both plans' event
+        streams; ``GET /v1/plans/{id}/revisions`` reads them as a tree)."""
+        extra = dict(why or {})
         with self.db.tx() as c:
             for pid, details in (
-                (child, {"revises": parent, "changed": [*changed]}),
-                (parent, {"revised_by": child, "changed": [*changed]}),
+                (child, {"revises": parent, "changed": [*changed], **extra}),
+                (parent, {"revised_by": child, "changed": [*changed], **extra}),
             ):
                 self.audit.append(
                     c,
