@@ -27,8 +27,18 @@ app = typer.Typer(help="The Temporal dev server and the durable worker.", no_arg
 
 @app.command("up")
 def up_cmd() -> None:
-    """Start the embedded Temporal dev server (SQLite file under COUNTERSIGN_HOME; UI on :8233)."""
-    typer.echo(json.dumps(temporal_start(Settings().home / "temporal")))
+    """Start the embedded Temporal dev server at the configured loopback address
+    (``COUNTERSIGN_TEMPORAL_ADDRESS``, default 127.0.0.1:7233; its UI on that port + 1000, as
+    ``countersign up`` starts it; SQLite file under COUNTERSIGN_HOME) and print where both are,
+    as JSON. Any other address is a cluster: nothing to start, its status is printed (exit 1)."""
+    settings = Settings()
+    where = configured_status(settings)
+    if not where.get("embedded"):
+        typer.echo(json.dumps(where))
+        raise typer.Exit(1)
+    port = int(settings.temporal_address.rpartition(":")[2])
+    started = temporal_start(settings.home / "temporal", port=port, ui_port=port + 1000)
+    typer.echo(json.dumps({**started, "address": settings.temporal_address, "ui": where["ui"]}))
 
 
 @app.command("down")
