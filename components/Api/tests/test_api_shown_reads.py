@@ -304,3 +304,17 @@ def test_people_and_values_in_words() -> None:
     assert readable({"$ref": "gates.gate-A.choice.item"}) == "what you pick at the gate (item)"
     assert readable([]) == "none" and readable(None) == "none" and readable(False) == "no"
     assert len(readable("x" * 500)) == 160
+
+
+def test_the_person_asking_is_you(registry: Registry) -> None:
+    plan = _usecase("meeting")
+    outputs: dict[int, Any] = {1: {"busy": []}, 2: {"busy": []}}
+    shown = shown_plan(plan, outputs, registry, PEOPLE, me="alice@example.com")
+    assert [r["label"] for r in shown["reads"]] == ["your calendar", "Bob's calendar"]
+    assert shown["reads"][0]["line"] == "You: free in this window"
+    assert shown["writes"][0]["text"].startswith(
+        "Create the event “Quarterly sync” in your and Bob's calendars"
+    )
+    assert shown["writes"][1]["text"].startswith("Mail you and Bob “Quarterly sync”")
+    cart = shown_plan(_usecase("shopping"), {}, registry, (), me="alice")["writes"]
+    assert cart[0]["text"] == "Add 2 × the offer you pick below to your cart"

@@ -19,12 +19,15 @@ from typing import Any
 from countersign.intake import Contact
 from countersign.registry import Registry
 
-__all__ = ["person", "readable", "shown_plan", "shown_reads", "shown_writes"]
+__all__ = ["YOU", "person", "readable", "shown_plan", "shown_reads", "shown_writes"]
 
 #: at most this many rows (busy stretches, offers, times, fields) per read
 _ROWS = 50
 #: characters of one value worded in a generic line
 _CHARS = 160
+
+#: how the person asking is named (their own calendar is "your calendar")
+YOU = "you"
 
 Step = Mapping[str, Any]
 Item = dict[str, Any]
@@ -46,7 +49,7 @@ def _whose(names: Sequence[str], noun: str) -> str:
     if not names:
         return f"the {noun}"
     if all("@" not in n for n in names):
-        owners = [f"{n}'s" for n in names]
+        owners = ["your" if n == YOU else f"{n}'s" for n in names]
         return f"{_joined(owners)} {noun}{'s' if len(names) > 1 else ''}"
     return f"the {noun}{'s' if len(names) > 1 else ''} of {_joined(names)}"
 
@@ -175,7 +178,7 @@ def _busy_read(step: Step, out: Mapping[str, Any], people: Sequence[Contact]) ->
         "owner": who,
         "address": args.get("user"),
         "label": _whose([who], "calendar") if who else "the calendar",
-        "line": f"{owner}: "
+        "line": f"{owner[:1].upper()}{owner[1:]}: "
         + (f"{len(inside)} busy stretch{'es' if len(inside) > 1 else ''}" if inside else "free")
         + (" in this window" if start and end else ""),
         "window": {"start": start, "end": end} if _instant(start) and _instant(end) else None,
@@ -495,9 +498,12 @@ def shown_plan(
     outputs: Mapping[Any, Any] | None,
     registry: Registry,
     people: Sequence[Contact] = (),
+    me: str | None = None,
 ) -> dict[str, Any]:
     """What the card shows of ``plan``: ``{reads, writes, currency}`` (``outputs``: what the
-    preview read, step → normalized output; None: nothing read yet)."""
+    preview read, step → normalized output; None: nothing read yet; ``me``: the address of the
+    person asking, named "you")."""
+    people = [Contact(YOU, me), *people] if me else people
     return {
         "reads": shown_reads(plan, outputs or {}, registry, people),
         "writes": shown_writes(plan, registry, people),

@@ -77,9 +77,9 @@ class Runs:
         self, plan: Mapping[str, Any], outputs: Mapping[Any, Any] | None, user_id: str
     ) -> dict[str, Any]:
         """What the card shows of ``plan``'s reads (``outputs``) and writes, people named by
-        the caller's contacts."""
+        the caller's contacts (the caller as "you")."""
         people = await asyncio.to_thread(self.people, user_id) if self.people else ()
-        return shown_plan(plan, outputs, self.runtime.registry, people)
+        return shown_plan(plan, outputs, self.runtime.registry, people, me=user_id)
 
     async def execute(self, plan_id: str, user_id: str, tokens: Mapping[str, str]) -> ExecuteReport:
         """Execute with the given gate tokens (each spent now). A revision that was handed to

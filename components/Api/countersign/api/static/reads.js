@@ -33,6 +33,8 @@ function stretch(start, end, sameDayAs) {
   return `${lead}${clock(start)}–${tail}`;
 }
 
+const cap = (text) => text.charAt(0).toUpperCase() + text.slice(1);
+
 function money(amount, currency) {
   if (amount == null) return "—";
   if (!currency) return String(amount);
@@ -98,7 +100,7 @@ function strip(item) {
 function busyLine(item) {
   const w = item.window ? item.window.start : null;
   const busy = (item.busy || []).map((b) => stretch(b.start, b.end, w));
-  const who = item.owner || item.label;
+  const who = cap(item.owner || item.label);
   if (item.kind === "free") {
     const free = (item.free || []).map((f) => stretch(f.start, f.end, w));
     return `${item.label}: ${free.length ? free.join(", ") : "no time free for everyone"}`;
@@ -221,7 +223,7 @@ function renderChanges(ul, changes, shown) {
   for (const c of changes) {
     const read = shown && shown.reads.find((r) => r.step === c.step);
     const who = read ? read.label : `step ${c.step}`;
-    const whose = who.charAt(0).toUpperCase() + who.slice(1);
+    const whose = cap(who);
     for (const [field, [before, after]] of Object.entries(c.changed || {})) {
       for (const row of changeRows(field, before, after, shown ? shown.currency : null)) {
         ul.append(el("li", {}, `${whose} · ${row.field}: `, el("del", {}, row.old), " → ", el("ins", {}, row.new)));
