@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from countersign.approvals import (
 )
 from countersign.audit import AuditLog
 from countersign.execute import ExecuteRefusedError, Executor, StaleWorldError
-from countersign.kernel import Intent, Policy, Settings, SignatureError, system_clock
+from countersign.kernel import Intent, Plan, Policy, Settings, SignatureError, system_clock
 from countersign.n8n import N8nClient, N8nHandle, install, start, stop
 from countersign.planner.testing import signed_plan
 from countersign.preview import run_preview
@@ -304,6 +305,81 @@ def test_meeting_events_are_one_meeting_in_every_calendar(stack: Stack) -> None:
     # two events, two mails: each write its own key (plan_id:step:arg_hash), each completed once
     assert [r.key.split(":")[1] for r in rows] == ["5", "6", "7", "8"], rows
     assert {r.state for r in rows} == {"completed"}
+
+
+def _with_invitations(doc: dict[str, Any], keyring: KeyRing) -> dict[str, Any]:
+    """The plan re-signed with each mail step given ``event`` = the meeting its create steps
+    write (their ``uid``, ``title``, ``start``/``end`` references to gate-A's choice,
+    ``organizer``, ``attendees``): the wiring the meeting intent makes once the Planner can name
+    another template's ``$step.uid`` (H5's report, issue 25)."""
+    plan = Plan.model_validate(doc["plan"])
+    create = next(s for s in plan.graph if s.call == "create_event")
+    event = {k: create.args[k] for k in ("uid", "title", "start", "end", "organizer", "attendees")}
+    graph = [
+        s.model_copy(update={"args": {**s.args, "event": event}}) if s.call == "send" else s
+        for s in plan.graph
+    ]
+    return signed_plan(Plan.model_validate({**plan.model_dump(), "graph": graph}), keyring)
+
+
+def _invitation(m: EmailMessage) -> tuple[str, icalendar.Calendar]:
+    """A received invitation's text and its attached calendar, read with the standard ``email``
+    package (the sink parses with ``policy.default``) and ``icalendar``."""
+    assert m.get_content_type() == "multipart/mixed", m.get_content_type()
+    body = m.get_body(("plain",))
+    assert body is not None
+    (part,) = list(m.iter_attachments())
+    assert part.get_content_type() == "text/calendar" and part.get_filename() == "invite.ics"
+    content = part.get_content()
+    text = content if isinstance(content, str) else bytes(content).decode()
+    return "\n".join(body.get_content().splitlines()), icalendar.Calendar.from_ical(text)
+
+
+def test_meeting_invitations_carry_the_event_the_calendars_hold(stack: Stack) -> None:
+    """On n8n (Send Email, the .ics made binary by the builder's Files node): each participant's
+    mail is the card's text with ``invite.ics`` attached, a ``METHOD:REQUEST`` calendar whose one
+    VEVENT is the meeting Radicale stores — the same UID, ORGANIZER, ATTENDEEs, the approved
+    slot, the title — stamped when it was sent (issue 25)."""
+    doc = _with_invitations(_signed(stack.registry, stack.keyring, title="Review"), stack.keyring)
+
+    async def go() -> dict[str, str]:
+        async with N8nClient(stack.n8n.base_url, stack.n8n.api_key) as client:
+            transport = N8nTransport(client)
+            slot = _first_slot(await _preview(stack, doc, transport))
+            report = await _executor(stack, transport).execute(
+                doc, user_id=ALICE, tokens={"gate-A": _approve(stack, doc, slot)}
+            )
+            assert report.status == "completed", report
+            return slot
+
+    before = datetime.now(UTC).replace(microsecond=0)
+    slot = asyncio.run(go())
+    after = datetime.now(UTC)
+    stored = {who: _stored_event(stack, who) for who in (ALICE, BOB)}
+    (uid,) = {e.uid for e in stored.values()}
+    notify = [s for s in doc["plan"]["graph"] if s["call"] == "send"]
+    assert sorted(str(m["To"]) for m in stack.smtp.messages) == [ALICE, BOB]
+    for m in stack.smtp.messages:
+        assert isinstance(m, EmailMessage)
+        promised = next(s["args"] for s in notify if s["args"]["to"] == str(m["To"]))
+        assert str(m["Subject"]) == promised["subject"]
+        text, cal = _invitation(m)
+        assert text == promised["body"]
+        assert str(cal["METHOD"]) == "REQUEST"
+        (event,) = cal.walk("VEVENT")
+        assert isinstance(event, icalendar.Event)
+        kept = stored[str(m["To"])]
+        assert event.uid == uid
+        assert event.summary == kept.summary == promised["event"]["title"]
+        assert str(event.organizer) == str(kept.organizer) == f"mailto:{ALICE}"
+        people = sorted(str(a) for a in event.attendees)
+        assert (
+            people == sorted(str(a) for a in kept.attendees) == [f"mailto:{ALICE}", f"mailto:{BOB}"]
+        )
+        start = datetime.fromisoformat(slot["start"].replace("Z", "+00:00"))
+        end = datetime.fromisoformat(slot["end"].replace("Z", "+00:00"))
+        assert event.start == kept.start == start and event.end == kept.end == end
+        assert before <= event.DTSTAMP <= after
 
 
 def test_tampered_plan_never_reaches_n8n(stack: Stack) -> None:

@@ -19,6 +19,7 @@ from countersign.binding import (
     render_data,
     resolve_step,
 )
+from countersign.binding.render import INVITE_TYPE
 from countersign.kernel import BindingError, PlanStep
 from countersign.registry import Registry
 
@@ -213,3 +214,68 @@ def test_smtp_text_is_rendered_with_its_details(registry: Registry) -> None:
     )
     data = render_data(resolve_step(s, registry), s.args, {"smtp_from": "cs@example.com"})
     assert data["text"] == "Booked.\n\nid: 7"
+
+
+def _mail(**args: Any) -> PlanStep:
+    return PlanStep(
+        step=8,
+        mode="interactive",
+        role="Notifier",
+        uses="smtp",
+        call="send",
+        args={"to": "bob@example.com", "subject": "Sync", "body": "You are invited.", **args},
+        dry_run=False,
+    )
+
+
+def test_an_invitation_attaches_the_event_the_calendars_hold(registry: Registry) -> None:
+    """The mail's ``event`` (the create step's args) renders as ``invite.ics``: the VEVENT the
+    calendar write stores, property for property (the organizer by user name made the same
+    way), in a ``METHOD:REQUEST`` calendar; a mail without event attaches nothing."""
+    people = ["alice@example.com", "bob@example.com"]
+    meeting = {"uid": "01abc-5", "title": "Sync", "organizer": "alice", "attendees": people}
+    times = {"start": "2026-11-23T13:00:00Z", "end": "2026-11-23T13:30:00+00:00"}
+    settings = {**BASE, "smtp_from": "countersign@example.com"}
+    create = _create(**{k: v for k, v in meeting.items() if k != "uid"}, **times)
+    stored = render_data(resolve_step(create, registry), create.args, settings, written_at=AT)
+    mail = _mail(event={**meeting, **times})
+    sent = AT.replace(minute=16)
+    data = render_data(resolve_step(mail, registry), mail.args, settings, written_at=sent)
+    invite = data["binary.invite"]
+    assert (invite["fileName"], invite["mimeType"]) == ("invite.ics", INVITE_TYPE)
+    cal = icalendar.Calendar.from_ical(invite["text"])
+    assert str(cal["METHOD"]) == "REQUEST"
+    assert "METHOD" not in icalendar.Calendar.from_ical(stored["body"])
+    (event,) = cal.walk("VEVENT")
+    (kept,) = icalendar.Calendar.from_ical(stored["body"]).walk("VEVENT")
+    assert sent == event.DTSTAMP and kept.DTSTAMP == AT
+    assert _lines(event) == _lines(kept) and len(_lines(event)) == 9
+    assert event["ORGANIZER"].params["CN"] == "alice"
+    plain = render_data(resolve_step(_mail(), registry), _mail().args, settings)
+    assert "binary.invite" in plain and plain["binary.invite"] is None
+
+
+def _lines(event: Any) -> list[str]:
+    """The event's content lines but its DTSTAMP, unfolded."""
+    text = bytes(event.to_ical()).decode().replace("\r\n ", "")
+    return [line for line in text.split("\r\n") if line and not line.startswith("DTSTAMP")]
+
+
+def test_an_invitation_without_its_time_or_with_a_partial_event_is_refused(
+    registry: Registry,
+) -> None:
+    settings = {"smtp_from": "countersign@example.com"}
+    full = {
+        "uid": "u-1",
+        "title": "T",
+        "start": "2026-11-23T13:00:00Z",
+        "end": "2026-11-23T14:00:00Z",
+    }
+    with pytest.raises(BindingError, match="written_at"):
+        render_data(
+            resolve_step(_mail(event=full), registry), {**_mail().args, "event": full}, settings
+        )
+    for bad in ({k: v for k, v in full.items() if k != "uid"}, {**full, "rrule": "x"}, "u-1"):
+        s = _mail(event=bad)
+        with pytest.raises(BindingError, match="invitation"):
+            render_data(resolve_step(s, registry), s.args, settings, written_at=AT)

@@ -4,6 +4,7 @@ from .core import BoundNode, DataBinding, resolve_step, set_path
 from .ics import CalendarError, CalendarWindowError, ics_busy, ics_event
 from .refs import referenced_steps, resolve_refs
 from .render import (
+    BINARY,
     idempotency_header_path,
     mail_text,
     normalize_output,
@@ -11,6 +12,7 @@ from .render import (
 )
 
 __all__ = [
+    "BINARY",
     "BoundNode",
     "CalendarError",
     "CalendarWindowError",

@@ -25,7 +25,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import icalendar
@@ -310,6 +310,7 @@ def ics_event(
     organizer: str | None = None,
     organizer_name: str | None = None,
     attendees: Sequence[str] = (),
+    method: Literal["REQUEST"] | None = None,
 ) -> str:
     """A one-event VCALENDAR in UTC, written by ``icalendar`` (escaping, 75-octet folding, CRLF).
 
@@ -319,8 +320,9 @@ def ics_event(
     ``mailto:<organizer>`` (with ``CN=<organizer_name>`` when given and made of
     ``[A-Za-z0-9._@+-]``, else without) and each of ``attendees`` (duplicates dropped, order kept) is an
     ``ATTENDEE`` (``ROLE=REQ-PARTICIPANT``; ``PARTSTAT=ACCEPTED`` for the organizer, who asked
-    for the meeting, ``NEEDS-ACTION`` for the others). No ``METHOD``: a stored calendar object
-    may not carry one (RFC 4791 §4.1).
+    for the meeting, ``NEEDS-ACTION`` for the others). No ``METHOD`` unless ``method`` is given:
+    a stored calendar object may not carry one (RFC 4791 §4.1); an invitation sent by mail
+    (iMIP, RFC 6047) carries ``METHOD:REQUEST`` (RFC 5546 §3.2.2) — the same event otherwise.
 
     Raises:
         BindingError: the UID has characters outside ``[A-Za-z0-9._@-]``, a time is not an
@@ -329,6 +331,8 @@ def ics_event(
     """
     if not _UID.fullmatch(uid):
         raise BindingError(f"event uid {uid!r} has characters outside [A-Za-z0-9._@-]")
+    if method not in (None, "REQUEST"):
+        raise BindingError(f"event method {method!r}: only REQUEST is written")
     if stamp.tzinfo is None:
         raise BindingError("event stamp: date-time needs a time zone")
     event = icalendar.Event()
@@ -350,6 +354,8 @@ def ics_event(
     cal = icalendar.Calendar()
     cal.add("VERSION", "2.0")
     cal.add("PRODID", "-//Countersign//EN")
+    if method is not None:
+        cal.add("METHOD", method)
     cal.add_component(event)
     return bytes(cal.to_ical(sorted=False)).decode("utf-8")
 

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from countersign.kernel import BindingError
@@ -21,9 +21,27 @@ from countersign.kernel import BindingError
 from .core import BoundNode
 from .ics import ics_busy, ics_event, is_address
 
-__all__ = ["idempotency_header_path", "mail_text", "normalize_output", "render_data"]
+__all__ = [
+    "BINARY",
+    "INVITE_FILE",
+    "INVITE_TYPE",
+    "idempotency_header_path",
+    "mail_text",
+    "normalize_output",
+    "render_data",
+]
 #: at most this many detail lines in a mail, each value cut to this many characters
 _DETAIL_LINES, _DETAIL_CHARS = 40, 200
+
+#: a data path under this prefix is no node parameter: its value (``{"fileName", "mimeType",
+#: "text"}`` or None) is a file the item carries as binary property ``<name>`` (an attachment the
+#: node names in a constant: the WorkflowBuilder puts it there, the direct runtime attaches it)
+BINARY = "binary."
+#: how an invitation's event is attached to a mail (iMIP, RFC 6047 §2.4: the part's ``method``
+#: parameter is the calendar's METHOD)
+INVITE_FILE, INVITE_TYPE = "invite.ics", "text/calendar; method=REQUEST"
+#: the keys of a mail's ``event`` arg: the event written to the calendars (the create step's args)
+_INVITE_KEYS = frozenset({"uid", "title", "start", "end", "organizer", "attendees"})
 
 _FIELD = re.compile(r"\{(@?)([a-z][a-z0-9_.]*)\}")
 
@@ -64,6 +82,8 @@ def render_data(
             values = {k: args.get(src) for k, src in b.fn_args.items()}
             if b.fn == "ics_event":
                 out[path] = _event(values, settings, written_at, where)
+            elif b.fn == "ics_invite":
+                out[path] = _invite(values.get("event"), settings, written_at, where)
             elif b.fn == "mail_text":
                 out[path] = mail_text(str(values.get("body")), values.get("details"))
             elif b.fn == "json_body":
@@ -107,6 +127,8 @@ def _event(
     settings: Mapping[str, str],
     written_at: datetime | None,
     where: str,
+    *,
+    method: Literal["REQUEST"] | None = None,
 ) -> str:
     """The iCalendar text of ``ics_event`` from the op's ``fn_args`` values: ``uid``,
     ``summary``, ``start``, ``end`` (text), optional ``organizer`` and ``attendees`` (a list of
@@ -133,7 +155,28 @@ def _event(
         organizer=None if organizer is None else str(organizer),
         organizer_name=name,
         attendees=[str(a) for a in attendees or ()],
+        method=method,
     )
+
+
+def _invite(
+    event: Any, settings: Mapping[str, str], written_at: datetime | None, where: str
+) -> dict[str, str] | None:
+    """The file a mail attaches for ``event`` (the meeting as written to the calendars: ``uid``,
+    ``title``, ``start``, ``end``, optional ``organizer`` and ``attendees``), or None when the
+    step gives no event: ``{"fileName", "mimeType", "text"}`` — the same VEVENT as
+    ``_event`` writes (organizer read the same way), in a ``METHOD:REQUEST`` calendar, its
+    DTSTAMP when the mail is rendered to be sent."""
+    if event is None:
+        return None
+    if not isinstance(event, Mapping) or not {"uid", "title", "start", "end"} <= set(event):
+        raise BindingError(f"{where}: an invitation's event needs uid, title, start and end")
+    unknown = sorted(set(event) - _INVITE_KEYS)
+    if unknown:
+        raise BindingError(f"{where}: an invitation's event has unknown field(s) {unknown}")
+    values = {**event, "summary": event["title"]}
+    text = _event(values, settings, written_at, where, method="REQUEST")
+    return {"fileName": INVITE_FILE, "mimeType": INVITE_TYPE, "text": text}
 
 
 def mail_text(body: str, details: Any = None) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from countersign.binding import mail_text, normalize_output, render_data, resolve_step
+from countersign.binding import BINARY, BoundNode, normalize_output, render_data, resolve_step
 from countersign.kernel import (
     BindingError,
     CountersignError,
@@ -84,28 +84,36 @@ class DirectSender:
         args: dict[str, Any] = dict(step.args)
         node = resolve_step(step, self.registry)
         if node.node_type == "n8n-nodes-base.emailSend":
-            msg = self._email(args, key)
+            msg = self._email(node, args, key)
             return lambda: self._send_mail(msg)
         data = render_data(node, args, self.settings, idempotency_key=key, written_at=self.clock())
         req = http_call(node, data)
         output = self.registry.op(step.uses, step.call).output
         return lambda: self._send_http(req, output, args)
 
-    def _email(self, args: Mapping[str, Any], key: str) -> EmailMessage:
+    def _email(self, node: BoundNode, args: Mapping[str, Any], key: str) -> EmailMessage:
+        """The message n8n's Send Email node would send for these args: the same rendered values
+        (``render_data``: the text, the invitation file) — text/plain, and multipart/mixed with
+        each file attached when the step has one — with the headers a client expects."""
         for name in _MAIL_SETTINGS:
             if not self.settings.get(name):
                 raise BindingError(f"connector setting {name!r} is not configured")
         for name in _MAIL_ARGS:
             if name not in args:
                 raise BindingError(f"mail step needs the argument {name!r}")
+        now = self.clock()  # one reading: the Date header and an invitation's DTSTAMP
+        data = render_data(node, args, self.settings, idempotency_key=key, written_at=now)
         msg = EmailMessage()
         msg["From"] = self.settings["smtp_from"]
         msg["To"] = str(args["to"])
         msg["Subject"] = str(args["subject"])
         # RFC 5322 §3.6: Date is required (smtplib adds none); when the message is built to be sent
-        msg["Date"] = format_datetime(self.clock().astimezone(UTC))
+        msg["Date"] = format_datetime(now.astimezone(UTC))
         msg["Message-ID"] = f"<{content_hash(key)[:32]}@countersign>"
-        msg.set_content(mail_text(str(args["body"]), args.get("details")))
+        msg.set_content(str(data["text"]))
+        for path in sorted(p for p in data if p.startswith(BINARY)):
+            if data[path] is not None:
+                _attach(msg, data[path])
         return msg
 
     def _send_mail(self, msg: EmailMessage) -> Attempt:
@@ -136,6 +144,21 @@ class DirectSender:
         except CountersignError as e:
             return Attempt.lost(f"provider answered {r.status_code}, unreadable: {e.code}")
         return Attempt("answered", status=r.status_code, output=out)
+
+
+def _attach(msg: EmailMessage, file: Mapping[str, str]) -> None:
+    """Attach a rendered text file (``{"fileName", "mimeType", "text"}``) with its media type's
+    parameters (an invitation: ``text/calendar; method=REQUEST``, RFC 6047 §2.4)."""
+    kind, *params = (p.strip() for p in str(file["mimeType"]).split(";"))
+    maintype, _, subtype = kind.partition("/")
+    if maintype != "text" or not subtype:
+        raise BindingError(f"a mail attaches text files, not {kind!r}")
+    msg.add_attachment(
+        str(file["text"]),
+        subtype=subtype,
+        filename=str(file["fileName"]),
+        params=dict(p.partition("=")[::2] for p in params),
+    )
 
 
 def _data_refused(e: smtplib.SMTPDataError) -> Attempt:

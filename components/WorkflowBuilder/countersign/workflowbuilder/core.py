@@ -26,9 +26,16 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, Final
 
-from countersign.binding import BoundNode, idempotency_header_path, resolve_step, set_path
+from countersign.binding import (
+    BINARY,
+    BoundNode,
+    idempotency_header_path,
+    resolve_step,
+    set_path,
+)
 from countersign.kernel import BindingError, Plan, PlanStep
 from countersign.registry import Registry
 
@@ -47,6 +54,8 @@ __all__ = [
 
 _NS: Final = uuid.UUID("5b0b3c0e-6f7e-4a53-9c61-636f756e7465")  # "counte…": a fixed namespace
 TRIGGER: Final = "Trigger"
+#: the Code node that turns the files among the trigger's data into the item's binary properties
+FILES: Final = "Files"
 SPLIT: Final = "Split items"
 #: the trigger-body field a batch workflow splits into one item per step
 BATCH_FIELD: Final = "body.items"
@@ -84,7 +93,8 @@ def _node_parameters(bound: BoundNode, root: str) -> dict[str, Any]:
     params: dict[str, Any] = json.loads(json.dumps(bound.parameters))
     _refuse_expressions(params, bound)
     for path in sorted(bound.data):
-        set_path(params, path, _data_expr(root, path))
+        if not path.startswith(BINARY):  # a file, not a parameter: the Files node carries it
+            set_path(params, path, _data_expr(root, path))
     key_path = idempotency_header_path(bound)
     if key_path is not None:  # the key travels as data like any other value
         set_path(params, key_path, _data_expr(root, key_path))
@@ -207,13 +217,67 @@ def build_workflow_for_step(
     creds = credentials or {}
     node_name, key, node = _op_node(s, registry, creds, root="$json.body")
     path = f"cs-op-{key}"
+    nodes = [_trigger(key, "op", path, creds), node]
+    chain = [TRIGGER, node_name]
+    names = _file_names(resolve_step(s, registry))
+    if names:  # Trigger → Files → op node: the files reach the op as binary properties
+        nodes.insert(1, _files_node(key, names))
+        chain.insert(1, FILES)
     workflow = {
         "name": f"countersign op {s.uses}.{s.call} [{key}]",
-        "nodes": [_trigger(key, "op", path, creds), node],
-        "connections": {TRIGGER: {"main": [[{"node": node_name, "type": "main", "index": 0}]]}},
+        "nodes": nodes,
+        "connections": {
+            a: {"main": [[{"node": b, "type": "main", "index": 0}]]} for a, b in pairwise(chain)
+        },
         "settings": _settings(),
     }
     return StepWorkflow(step=s.step, path=path, workflow=workflow)
+
+
+def _file_names(bound: BoundNode) -> list[str]:
+    """The binary properties the op's node reads (its ``binary.<name>`` data paths)."""
+    names = sorted(p.removeprefix(BINARY) for p in bound.data if p.startswith(BINARY))
+    for name in names:
+        if not name.isidentifier() or not name.isascii():
+            raise BindingError(f"{bound.uses}.{bound.call}: file name {name!r} is not a name")
+    return names
+
+
+#: literal JavaScript (no expression, no I/O): each item keeps its JSON and gets, for every named
+#: file the trigger's data holds (``{fileName, mimeType, text}``; null: none), a binary property
+#: of that name — base64 of the UTF-8 text, as n8n keeps binary data in an item
+_FILES_JS: Final = """const names = %s;
+return $input.all().map((item) => {
+  const data = (item.json.body || {}).data || {};
+  const binary = {};
+  for (const name of names) {
+    const file = data["%s" + name];
+    if (file && typeof file.text === "string") {
+      binary[name] = {
+        data: Buffer.from(file.text, "utf8").toString("base64"),
+        mimeType: String(file.mimeType),
+        fileName: String(file.fileName),
+      };
+    }
+  }
+  return Object.keys(binary).length ? { json: item.json, binary } : { json: item.json };
+});
+"""
+
+
+def _files_node(key: str, names: list[str]) -> dict[str, Any]:
+    return {
+        "id": _uid(key, "files"),
+        "name": FILES,
+        "type": CODE,
+        "typeVersion": 2,
+        "position": [150, 0],
+        "parameters": {
+            "mode": "runOnceForAllItems",
+            "language": "javaScript",
+            "jsCode": _FILES_JS % (json.dumps(names), BINARY),
+        },
+    }
 
 
 def _op_node(
@@ -240,6 +304,9 @@ def _op_node(
     # of a templated URL, say) would otherwise share a webhook path under two workflow names, and
     # n8n refuses to activate the second (409 "conflict with one of the webhooks")
     content: dict[str, Any] = {"op": node_name, **({"batch": True} if batch else {}), **node}
+    names = _file_names(bound)
+    if names:  # the Files node is part of the workflow: a change to it is a new workflow
+        content["files"] = _files_node("", names)["parameters"]
     key = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
     return (
         node_name,
@@ -265,6 +332,8 @@ def build_batch_workflow(
     after ``read_only_violations`` passed on it.
     """
     creds = credentials or {}
+    if _file_names(resolve_step(s, registry)):
+        raise BindingError(f"{s.uses}.{s.call} attaches files; a batch runs reads only")
     node_name, key, node = _op_node(s, registry, creds, root="$json", batch=True)
     path = f"cs-batch-{key}"
     trigger = _trigger(key, "batch", path, creds)
