@@ -201,7 +201,15 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
 
         r = alice.put(
             "/v1/memory/prefs",
-            json={"prefs": {"default_meeting_length": 45, "video_link": "https://meet.example/a"}},
+            json={
+                "prefs": {
+                    "default_meeting_length": 45,
+                    # relevant to a meeting (it bounds its window) but moves nothing here
+                    "work_hours": {"start": "00:00", "end": "23:59"},
+                    # no meeting entity uses it: never evidence for one (issue 25)
+                    "video_link": "https://meet.example/a",
+                }
+            },
         )
         assert r.status_code == 200 and r.json()["prefs"]["default_meeting_length"] == 45
         r = alice.post(
@@ -210,7 +218,8 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
                 "facts": [
                     {
                         "tier": "T5",
-                        "key": "focus_time",
+                        "type": "history",
+                        "key": "schedule_meeting.focus_time",
                         "value": "mornings",
                         "purpose": "calendar_insights",
                         "confidence": 0.9,
@@ -228,7 +237,9 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
         assert r.status_code == 201, r.text
         body = r.json()
         keys = {e["key"]: e for e in body["evidence"]}
-        assert keys["duration_min"]["value"] == 45 and "focus_time" not in keys
+        assert keys["duration_min"]["value"] == 45 and "schedule_meeting.focus_time" not in keys
+        assert "video_link" not in keys and "work_hours" in keys
+        assert all(e["why"] and "{" not in e["why"] for e in body["evidence"])
         overlap = next(s for s in body["plan"]["graph"] if s["call"] == "find_overlap")
         assert overlap["args"]["duration_min"] == 45
         ev_sorted = sorted(body["evidence"], key=canonical_bytes)
@@ -239,7 +250,7 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
         alice.put("/v1/memory/prefs", json={"consent": {"calendar_insights": True}})
         r = alice.post("/v1/intents", json=_meeting([ALICE, "carol@example.com"]))
         assert r.status_code == 201, r.text
-        assert "focus_time" in {e["key"] for e in r.json()["evidence"]}
+        assert "schedule_meeting.focus_time" in {e["key"] for e in r.json()["evidence"]}
         carol_plan = r.json()["plan_id"]
 
         # drop the preference and re-plan: a revision that has to ask for the duration
@@ -248,8 +259,8 @@ def test_memory_fills_the_plan_drop_replans_export_and_forget(
         assert [n["entity"] for n in r.json()["needs"]] == ["duration_min"]
         assert alice.post(f"/v1/plans/{first}/replan", json={"drop": []}).status_code == 422
         assert bob.post(f"/v1/plans/{first}/replan", json={"drop": ["x"]}).status_code == 404
-        # dropping the video link re-plans with a different evidence hash, revising the first
-        r = alice.post(f"/v1/plans/{first}/replan", json={"drop": ["pref:video_link"]})
+        # dropping the work hours re-plans with a different evidence hash, revising the first
+        r = alice.post(f"/v1/plans/{first}/replan", json={"drop": ["pref:work_hours"]})
         assert r.status_code == 201, r.text
         assert r.json()["revises"] == {"plan_id": first, "changed": ["evidence"]}
         assert r.json()["plan"]["meta"]["evidence_hash"] != body["plan"]["meta"]["evidence_hash"]

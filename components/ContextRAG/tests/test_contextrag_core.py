@@ -13,8 +13,10 @@ from countersign.contextrag import (
     MemoryItem,
     history_items,
     pref_items,
+    relevant_items,
     select_evidence,
 )
+from countersign.contextrag.sentences import spoken
 from countersign.kernel import canonical_bytes
 
 NOW = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
@@ -137,3 +139,87 @@ def test_evidence_stays_within_2kb_for_any_input(items: list[tuple], budget: int
     got = select_evidence(mem, budget=budget, now=NOW, consents={"p"})
     assert len(canonical_bytes([e.to_json() for e in got])) <= MAX_EVIDENCE_BYTES
     assert len({(e.type, e.key) for e in got}) == len(got)
+    # every item says in a sentence why it is there, in words, never as JSON
+    assert all(e.why and "{" not in e.why and "}" not in e.why for e in got)
+
+
+def test_a_pattern_counts_runs_not_steps() -> None:
+    """One run of five steps that each recorded the key is one run, not five."""
+    rows = [
+        {
+            "plan_id": "P" + "0" * 25,
+            "step": step,
+            "intent": "schedule_meeting",
+            "key": "duration_min",
+            "value": 45,
+            "status": "ok",
+            "created_at": NOW - timedelta(days=1),
+        }
+        for step in range(1, 6)
+    ] + [
+        {
+            "plan_id": "P" + "1" * 25,
+            "step": 1,
+            "intent": "schedule_meeting",
+            "key": "duration_min",
+            "value": 30,
+            "status": "ok",
+            "created_at": NOW - timedelta(days=2),
+        }
+    ]
+    (pattern,) = [i for i in history_items(rows, "schedule_meeting") if i.type == "preference"]
+    # two runs, one each: a tie broken by the newest; 1 of 2 runs, discounted below five runs
+    assert pattern.value == 45 and pattern.confidence == round(0.5 * 2 / 5, 3)
+    assert pattern.why == "Duration min was 45 in 1 of your last 2 schedule meeting runs."
+
+
+def _kinds() -> list[MemoryItem]:
+    return [
+        _item("T2", "duration_min", 30, why="You set duration min to 30."),
+        _item("T2", "diet", "vegetarian"),
+        _item("T2", "work_hours", {"start": "09:00", "end": "17:00"}),
+        _item("T2", "Bob", {"email": "bob@example.com"}, type="contact", source_ref="c:bob"),
+        _item("T2", "Eve", {"email": "eve@example.com"}, type="contact", source_ref="c:eve"),
+        _item("T2", "Carol", "Carol", type="contact", source_ref="c:carol"),
+        _item("T3", "schedule_meeting.outcome", {"op": "caldav.create_event"}, type="history"),
+        _item("T3", "book_visa_slot.outcome", {"op": "visa.book"}, type="history"),
+        _item("T3", "P1", {"intent": "schedule_meeting"}, type="exemplar", source_ref="pl:1"),
+        _item("T3", "P2", {"intent": "book_visa_slot"}, type="exemplar", source_ref="pl:2"),
+    ]
+
+
+def test_only_evidence_relevant_to_the_intent() -> None:
+    keep = relevant_items(
+        _kinds(),
+        intent="schedule_meeting",
+        names={"duration_min", "attendees", "title", "window_start"},
+        entities={"attendees": ["bob@example.com"], "title": "Sync with Carol"},
+    )
+    assert [(i.type, i.key) for i in keep] == [
+        ("preference", "duration_min"),
+        ("preference", "work_hours"),  # it bounds window_start (the planner reads it)
+        ("contact", "Bob"),  # by e-mail
+        ("contact", "Carol"),  # by name, a word of the title
+        ("history", "schedule_meeting.outcome"),
+        ("exemplar", "P1"),
+    ]
+    visa = relevant_items(
+        _kinds(), intent="book_visa_slot", names={"consulate"}, entities={"consulate": "lisbon"}
+    )
+    assert [(i.type, i.key) for i in visa] == [
+        ("history", "book_visa_slot.outcome"),
+        ("exemplar", "P2"),
+    ]
+
+
+def test_each_item_gets_a_sentence_and_readable_values() -> None:
+    got = select_evidence(_kinds(), budget=5, now=NOW, consents=set())
+    assert len(got) == len(_kinds())
+    for e in got:
+        assert e.why and e.why.endswith(".") and "{" not in e.why and "[" not in e.why
+    assert {e.key: e.why for e in got}["duration_min"] == "You set duration min to 30."
+    assert spoken({"email": "bob@example.com", "tags": ["a", "b"], "ok": True}) == (
+        "email bob@example.com; tags a, b; ok yes"
+    )
+    assert spoken("{not json}") == "(not json)" and len(spoken("x" * 500)) == 90
+    assert spoken({"end": "17:00", "start": "09:00"}) == "09:00–17:00"

@@ -23,9 +23,13 @@ def _intent(budget: int, user: str = "alice") -> Intent:
         intent_id="01JDR8Z9Y0000000000000000B",
         received_at=NOW,
         user_id=user,
-        entities={"title": "sync"},
+        entities={"title": "sync", "attendees": ["carol@example.com"]},
         context_budget=budget,
     )
+
+
+#: the entities the registry's schedule_meeting (of these tests) has besides the given ones
+NAMES = {"diet", "duration_min", "location"}
 
 
 def _store(db: Database) -> MemoryStore:
@@ -107,13 +111,19 @@ def test_t5_evidence_only_with_recorded_consent(db: Database) -> None:
             ]
         },
     )
-    assert m.evidence(_intent(5)) == []
+    assert m.evidence(_intent(5), relevant=NAMES) == []
     m.put_prefs("alice", {"consent": {"meal_planning": True}})
-    assert [e.key for e in m.evidence(_intent(5))] == ["diet"]
-    assert m.evidence(_intent(4)) == []  # the intent's budget stops below T5
-    assert m.evidence(_intent(5, user="bob")) == []  # another person's consent and facts
+    (diet,) = m.evidence(_intent(5), relevant=NAMES)
+    assert diet.key == "diet"
+    assert diet.why == (
+        "You told Countersign your diet is vegetarian (25 Nov 2026, used because you allowed "
+        "meal planning)."
+    )
+    assert m.evidence(_intent(5)) == []  # not an entity of this intent: not evidence for it
+    assert m.evidence(_intent(4), relevant=NAMES) == []  # the budget stops below T5
+    assert m.evidence(_intent(5, user="bob"), relevant=NAMES) == []  # another person's
     m.put_prefs("alice", {"consent": {"meal_planning": False}})
-    assert m.evidence(_intent(5)) == []
+    assert m.evidence(_intent(5), relevant=NAMES) == []
 
 
 def test_tiers_from_the_store_and_expiry(db: Database) -> None:
@@ -138,19 +148,31 @@ def test_tiers_from_the_store_and_expiry(db: Database) -> None:
             status="created",
             at=NOW - timedelta(days=i + 1),
         )
-    keys = {(e.type, e.key) for e in m.evidence(_intent(4))}
+    got = m.evidence(_intent(4), relevant=NAMES)
+    keys = {(e.type, e.key) for e in got}
     assert {
         ("preference", "duration_min"),
         ("preference", "location"),
         ("contact", "Carol"),
         ("history", "schedule_meeting.duration_min"),
     } <= keys
-    assert m.evidence(_intent(1)) == []
+    whys = {e.key: e.why for e in got}
+    assert whys["Carol"] == "Carol is in your contacts (carol@example.com)."
+    assert whys["duration_min"] == (
+        "You set default meeting length to 45 (your preference, set 25 Nov 2026)."
+    )
+    assert all(e.why and "{" not in e.why for e in got)
+    assert m.evidence(_intent(1), relevant=NAMES) == []
     later = _intent(4).model_copy(update={"received_at": NOW + timedelta(days=2)})
-    assert "location" not in {e.key for e in m.evidence(later)}
+    assert "location" not in {e.key for e in m.evidence(later, relevant=NAMES)}
     # the person drops the profile preference: the history pattern (30) is what remains
-    ev = m.evidence(_intent(3), exclude={"pref:default_meeting_length"})
-    assert [e.value for e in ev if e.key == "duration_min"] == [30]
+    ev = m.evidence(_intent(3), exclude={"pref:default_meeting_length"}, relevant=NAMES)
+    (pattern,) = [e for e in ev if e.key == "duration_min"]
+    assert pattern.value == 30
+    assert pattern.why == "Duration min was 30 in 5 of your last 5 schedule meeting runs."
+    # a contact the intent does not name, a preference no entity uses: not evidence
+    other = _intent(4).model_copy(update={"entities": {"title": "sync"}})
+    assert {e.type for e in m.evidence(other)} == {"history"}
 
 
 def test_forget_redacts_the_audit_chain_which_still_verifies(db: Database) -> None:
@@ -198,10 +220,18 @@ class _Library:
             Evidence(
                 type="exemplar",
                 key="schedule_meeting",
-                value={"plan_id": PID, "why": "x"},
+                value={"intent": "schedule_meeting", "score": 0.9},
                 confidence=0.7,
                 source_ref=f"plan:{PID}",
-            )
+                why="A schedule meeting plan like this one ran yesterday and succeeded.",
+            ),
+            Evidence(
+                type="exemplar",
+                key="book_visa_slot",
+                value={"intent": "book_visa_slot", "score": 0.99},
+                confidence=0.99,
+                source_ref="plan:other",
+            ),
         ]
 
 
@@ -210,5 +240,7 @@ def test_exemplars_come_from_the_source_from_tier_3(db: Database) -> None:
     m = MemoryStore(db, clock=lambda: NOW, exemplars=lib)
     assert m.evidence(_intent(2)) == [] and lib.asked == []
     got = m.evidence(_intent(3))
+    # the source's plan of another intent is never evidence for this one
     assert [(e.type, e.source_ref) for e in got] == [("exemplar", f"plan:{PID}")]
+    assert got[0].why == "A schedule meeting plan like this one ran yesterday and succeeded."
     assert m.evidence(_intent(3), exclude={f"plan:{PID}"}) == []

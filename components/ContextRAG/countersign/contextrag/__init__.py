@@ -7,6 +7,7 @@ from .core import (
     TIER_RANK,
     history_items,
     pref_items,
+    relevant_items,
     select_evidence,
 )
 from .forgetting import ANONYMIZED, FORGET_ACTOR, USER_TABLES, ForgetChangedError, ForgetTargets
@@ -34,5 +35,6 @@ __all__ = [
     "history_items",
     "pref_items",
     "record_history",
+    "relevant_items",
     "select_evidence",
 ]

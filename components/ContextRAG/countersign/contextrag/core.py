@@ -21,13 +21,16 @@ from pydantic import JsonValue, ValidationError
 from countersign.kernel import Evidence, canonical_bytes
 
 from .models import MemoryItem, Tier
+from .sentences import fact_why, history_why, pattern_why, pref_why
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
     "PREF_ALIASES",
+    "PREF_BOUNDS",
     "TIER_RANK",
     "history_items",
     "pref_items",
+    "relevant_items",
     "select_evidence",
 ]
 
@@ -43,9 +46,13 @@ PREF_ALIASES: dict[str, str] = {
     "default_quantity": "quantity",
     "receipt_email": "notify_to",
 }
+#: preferences the Planner reads that fill no entity but bound some (Planner SPEC §3: work
+#: hours move a window's ends): relevant to an intent that takes one of those entities
+PREF_BOUNDS: dict[str, tuple[str, ...]] = {"work_hours": ("window_start", "window_end")}
 #: the smallest an evidence item's JSON can be, and how many items that do not fit are tried
 _SMALLEST = 80
 _MAX_MISSES = 16
+_NO_BRACES = str.maketrans("{}", "()")
 #: at most this many candidates are ranked closely (the 2 KB cap holds ~20 items at most)
 _POOL = 64
 
@@ -56,29 +63,41 @@ def pref_items(prefs: Mapping[str, tuple[JsonValue, datetime]]) -> list[MemoryIt
     for key, (value, at) in prefs.items():
         out.append(
             MemoryItem(
-                "T2", "preference", PREF_ALIASES.get(key, key), value, 0.9, f"pref:{key}", at
+                "T2",
+                "preference",
+                PREF_ALIASES.get(key, key),
+                value,
+                0.9,
+                f"pref:{key}",
+                at,
+                why=pref_why(key, value, at),
             )
         )
     return out
+
+
+_SUCCEEDED = ("created", "updated", "ok", "succeeded", "completed")
 
 
 def history_items(rows: Sequence[Mapping[str, Any]], intent: str) -> list[MemoryItem]:
     """T3 items from outcome history rows (``plan_id, step, intent, key, value, status,
     created_at``, newest first): the recent outcomes of this intent as ``history`` items, and
     patterns — a value this intent took in most past successful runs becomes a ``preference``
-    with confidence = its share, discounted while there are fewer than five runs."""
+    with confidence = its share, discounted while there are fewer than five runs. Runs are
+    counted once each (a plan's newest value of the key), whatever their number of steps."""
     out: list[MemoryItem] = []
-    seen: dict[str, Counter[str]] = defaultdict(Counter)
+    # key → plan id → the run's value (its newest row), as an equality key
+    runs: dict[str, dict[str, str]] = defaultdict(dict)
     values: dict[str, JsonValue] = {}
     newest: dict[str, datetime] = {}
     for r in rows:
         if r["intent"] != intent:
             continue
         key, at = str(r["key"]), r["created_at"]
-        if r["status"] in ("created", "updated", "ok", "succeeded", "completed"):
+        if r["status"] in _SUCCEEDED:
             # an equality key for counting (cheaper than canonical bytes; same value, same key)
             b = json.dumps(r["value"], sort_keys=True, separators=(",", ":"))
-            seen[key][b] += 1
+            runs[key].setdefault(str(r["plan_id"]), b)
             values[b] = r["value"]
             newest.setdefault(key, at)
         out.append(
@@ -90,10 +109,12 @@ def history_items(rows: Sequence[Mapping[str, Any]], intent: str) -> list[Memory
                 0.6,
                 f"history:{r['plan_id']}:{r['step']}:{key}",
                 at,
+                why=history_why(intent, key, r["value"], str(r["status"]), at),
             )
         )
-    for key, counts in seen.items():
-        total = sum(counts.values())
+    for key, by_run in runs.items():
+        counts = Counter(by_run.values())
+        total = len(by_run)
         b, n = counts.most_common(1)[0]
         confidence = round(n / total * min(1.0, total / 5), 3)
         out.append(
@@ -105,9 +126,64 @@ def history_items(rows: Sequence[Mapping[str, Any]], intent: str) -> list[Memory
                 confidence,
                 f"pattern:{intent}:{key}",
                 newest[key],
+                why=pattern_why(key, values[b], n, total, intent),
             )
         )
     return out
+
+
+def _strings(value: JsonValue) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value.casefold()
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+
+
+def _named(item: MemoryItem, said: Collection[str]) -> bool:
+    """True when the intent's entity values name this contact: its e-mail (or another of its
+    strings) is one of them, or its name is a word of one."""
+    name = item.key.casefold()
+    own = set(_strings(item.value)) - {name}
+    if own & set(said):
+        return True
+    return any(name == s or f" {name} " in f" {s} " for s in said)
+
+
+def relevant_items(
+    items: Iterable[MemoryItem],
+    *,
+    intent: str,
+    names: Collection[str],
+    entities: Mapping[str, JsonValue],
+) -> list[MemoryItem]:
+    """Only the items that are evidence for this intent (ContextRAG SPEC §2), decided from
+    data, per kind:
+
+    - ``preference``: its key names one of the intent's entities (``names``: the registry's
+      entities of the intent, and those the intent gives), or it bounds one (``PREF_BOUNDS``) —
+      the only preferences the planner can use;
+    - ``contact``: the intent's entity values name it (its e-mail, or its name as a word);
+    - ``history`` / ``plan``: its key is the intent's (``<intent>.…``) or names an entity;
+    - ``exemplar``: a stored plan of this same intent (``value.intent``).
+    """
+    said = [s for v in entities.values() for s in _strings(v)]
+    keep = []
+    for it in items:
+        if it.type == "preference":
+            ok = it.key in names or any(n in names for n in PREF_BOUNDS.get(it.key, ()))
+        elif it.type == "contact":
+            ok = _named(it, said)
+        elif it.type == "exemplar":
+            ok = isinstance(it.value, dict) and it.value.get("intent") == intent
+        else:
+            ok = it.key.startswith(f"{intent}.") or it.key in names
+        if ok:
+            keep.append(it)
+    return keep
 
 
 def _expired(item: MemoryItem, now: datetime) -> bool:
@@ -136,6 +212,9 @@ def _allowed(
 
 def _measured(it: MemoryItem) -> tuple[Evidence, int] | None:
     """The item as Evidence with its canonical size, or None when the contract refuses it."""
+    said = it.why or fact_why(it.type, it.key, it.value, it.created_at, it.purpose)
+    # words, never JSON: a brace a person typed into a key or a name reads as a parenthesis
+    why = " ".join(said.translate(_NO_BRACES).split())
     try:
         ev = Evidence(
             type=it.type,
@@ -144,6 +223,7 @@ def _measured(it: MemoryItem) -> tuple[Evidence, int] | None:
             confidence=it.confidence,
             source_ref=it.source_ref[:256],
             ttl_days=it.ttl_days,
+            why=why if len(why) <= 300 else why[:299] + "…",
         )
         return ev, len(canonical_bytes(ev.to_json()))
     except (ValidationError, ValueError):

@@ -147,3 +147,6 @@ class MemoryItem:
     created_at: datetime
     ttl_days: int | None = None
     purpose: str | None = None
+    #: the sentence a person reads about why it is there (``Evidence.why``); made from the
+    #: item when absent
+    why: str | None = None

@@ -33,7 +33,7 @@ from countersign.kernel import (
 )
 from countersign.storage import Database, ReadPool
 
-from .core import TIER_RANK, history_items, pref_items, select_evidence
+from .core import TIER_RANK, history_items, pref_items, relevant_items, select_evidence
 from .forgetting import (
     FORGET_ACTOR,
     ForgetTargets,
@@ -47,6 +47,7 @@ from .forgetting import (
     targets,
 )
 from .models import ContactIn, FactIn, ForgetRequest, MemoryItem, MemoryWrite, PrefsUpdate
+from .sentences import contact_why, conversation_why, fact_why
 
 __all__ = ["ExecutionEraser", "ExemplarSource", "MemoryStore", "record_history"]
 
@@ -160,7 +161,16 @@ def _conversation_items(intent: Intent, conversation: Mapping[str, Any]) -> list
     """T1: the conversation's entities the Intent does not carry itself."""
     cid = str(conversation.get("conversation_id", ""))
     return [
-        MemoryItem("T1", "preference", k, v, 0.9, f"conversation:{cid}:{k}", intent.received_at)
+        MemoryItem(
+            "T1",
+            "preference",
+            k,
+            v,
+            0.9,
+            f"conversation:{cid}:{k}",
+            intent.received_at,
+            why=conversation_why(k, v),
+        )
         for k, v in (conversation.get("entities") or {}).items()
         if k not in intent.entities
     ]
@@ -169,19 +179,22 @@ def _conversation_items(intent: Intent, conversation: Mapping[str, Any]) -> list
 def _contact_item(j: Mapping[str, Any]) -> MemoryItem:
     """A ``contact`` row of ``_CANDIDATES`` as a T2 candidate."""
     value = {k: j[k] for k in ("email", "relation") if j.get(k)}
+    name = str(j["name"])[:128]
     return MemoryItem(
         "T2",
         "contact",
-        str(j["name"])[:128],
+        name,
         value or j["name"],
         0.8,
         f"contact:{j['contact_id']}",
         _ts(j["created_at"]),
+        why=contact_why(name, j.get("email") or j["name"]),
     )
 
 
 def _fact_item(j: Mapping[str, Any]) -> MemoryItem:
     """A ``fact`` row of ``_CANDIDATES`` as a candidate of its tier."""
+    at = _ts(j["created_at"])
     return MemoryItem(
         j["tier"],
         j["type"],
@@ -189,9 +202,10 @@ def _fact_item(j: Mapping[str, Any]) -> MemoryItem:
         j["value"],
         float(j["confidence"]),
         j["source_ref"],
-        _ts(j["created_at"]),
+        at,
         j["ttl_days"],
         j["purpose"],
+        why=fact_why(j["type"], j["key"], j["value"], at, j["purpose"]),
     )
 
 
@@ -397,7 +411,9 @@ class MemoryStore:
         exclude: Collection[str] = (),
         relevant: Collection[str] = (),
     ) -> list[Evidence]:
-        """The Intent's evidence (≤ 2 KB), best first."""
+        """The Intent's evidence (≤ 2 KB), best first: only items relevant to this intent
+        (``core.relevant_items``; ``relevant``: the registry's entity names of the intent), each
+        with the sentence a person reads (``Evidence.why``)."""
         with self.db.tx() as c:
             items, consents = self.candidates(c, intent, conversation=conversation)
         if self.exemplars is not None and intent.context_budget >= 3:
@@ -418,10 +434,13 @@ class MemoryStore:
                         ev.source_ref,
                         intent.received_at,
                         ev.ttl_days,
+                        why=ev.why,
                     )
                 )
+        names = {*relevant, *intent.entities}
+        keep = relevant_items(items, intent=intent.intent, names=names, entities=intent.entities)
         return select_evidence(
-            items,
+            keep,
             budget=intent.context_budget,
             now=intent.received_at,
             consents=consents,
