@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import parsedate_to_datetime
 
+import httpx
 import icalendar
 
 from countersign.kernel import PlanStep
 from countersign.registry import Registry
-from countersign.sandbox import SmtpSink
+from countersign.sandbox import Radicale, SmtpSink
 from countersign.steps import DirectSender, Write
 
 SENT = datetime(2026, 11, 26, 6, 0, 5, tzinfo=UTC)
@@ -153,3 +154,65 @@ def test_a_mail_without_event_attaches_nothing(registry: Registry, smtp_server: 
     (msg,) = smtp_server.messages
     assert isinstance(msg, EmailMessage)
     assert msg.get_content_type() == "text/plain" and not list(msg.iter_attachments())
+
+
+def test_direct_invitations_are_the_event_the_calendars_hold(
+    registry: Registry, radicale: Radicale, smtp_server: SmtpSink
+) -> None:
+    """The direct runtime writes the meeting into each attendee's calendar at Radicale and mails
+    each attendee: the VEVENT attached to every mail is the one Radicale stores — the same UID,
+    ORGANIZER, ATTENDEEs, DTSTART/DTEND, SUMMARY — read back with ``email`` and ``icalendar``."""
+    settings = {
+        "caldav_base_url": radicale.base_url,
+        "smtp_from": "countersign@example.com",
+        "smtp_host": smtp_server.host,
+        "smtp_port": str(smtp_server.port),
+    }
+    meeting = {**MEETING, "uid": "01jdq3z0000000000000000002-5"}
+    people = list(MEETING["attendees"])
+    sender = DirectSender(registry, settings, clock=lambda: SENT)
+    smtp_server.messages.clear()
+    for n, who in enumerate(people, start=5):
+        radicale.make_calendar(who)
+        create = {"user": who, **meeting}
+        step = PlanStep(
+            step=n,
+            mode="durable",
+            role="Booker",
+            uses="caldav",
+            call="create_event",
+            args=create,
+            dry_run=False,
+        )
+        key = f"P2:{n}:" + "d" * 64
+        assert asyncio.run(sender.prepare_write(Write("P2", step, create), key))().status == 201
+    for n, who in enumerate(people, start=7):
+        mail = {"to": who, "subject": "Planning", "body": "You are invited.", "event": meeting}
+        step = PlanStep(
+            step=n,
+            mode="durable",
+            role="Notifier",
+            uses="smtp",
+            call="send",
+            args=mail,
+            dry_run=False,
+        )
+        attempt = asyncio.run(
+            sender.prepare_write(Write("P2", step, mail), f"P2:{n}:" + "e" * 64)
+        )()
+        assert attempt.kind == "answered", attempt
+    assert sorted(str(m["To"]) for m in smtp_server.messages) == sorted(people)
+    for msg in smtp_server.messages:
+        assert isinstance(msg, EmailMessage)
+        (name,) = radicale.events(str(msg["To"]))
+        r = httpx.get(radicale.calendar_url(str(msg["To"])) + name, timeout=5)
+        (kept,) = icalendar.Calendar.from_ical(r.text).walk("VEVENT")
+        (part,) = list(msg.iter_attachments())
+        (event,) = icalendar.Calendar.from_ical(part.get_content()).walk("VEVENT")
+        assert isinstance(event, icalendar.Event) and isinstance(kept, icalendar.Event)
+        assert event.uid == kept.uid == meeting["uid"]
+        assert event.summary == kept.summary == meeting["title"]
+        assert str(event.organizer) == str(kept.organizer) == "mailto:alice@example.com"
+        assert [str(a) for a in event.attendees] == [str(a) for a in kept.attendees]
+        assert event.start == kept.start and event.end == kept.end
+        assert event.DTSTAMP == kept.DTSTAMP == SENT

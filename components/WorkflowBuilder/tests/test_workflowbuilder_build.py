@@ -188,3 +188,44 @@ def test_a_batch_workflow_with_a_writing_node_or_unknown_split_is_refused(
     assert any("splitOut v2 is not a version" in p for p in read_only_violations(forged))
     write = next(s for s in plan.graph if s.call == "create_event")
     assert read_only_violations(build_batch_workflow(write, registry).workflow)
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_a_mail_with_an_invitation_runs_through_the_fixed_files_node(
+    registry: Registry, hostile: str
+) -> None:
+    """A mail op with files runs as Trigger → Files → Send Email: the Files node is literal
+    JavaScript written here (the same for every plan: nothing of the event in it), reading the
+    file from the trigger's data by its fixed path; Send Email attaches the binary property the
+    registry names. Other ops keep Trigger → node; a batch refuses an op with files."""
+    plan = _plan(registry, title=hostile)
+    mail = next(s for s in plan.graph if s.uses == "smtp")
+    event = {"uid": "u-1", "title": hostile, "start": "x", "end": "y", "attendees": [hostile]}
+    invited = mail.model_copy(update={"args": {**mail.args, "event": event}})
+    graph = [invited if s.step == mail.step else s for s in plan.graph]
+    plan = plan.model_copy(update={"graph": graph})
+    wf = build_step_workflow(plan, plan_hash(plan), mail.step, registry, credentials=CREDS)
+    _, files, send = wf.workflow["nodes"]
+    assert (files["name"], files["type"], files["typeVersion"]) == (
+        "Files",
+        "n8n-nodes-base.code",
+        2,
+    )
+    assert wf.workflow["connections"] == {
+        "Trigger": {"main": [[{"node": "Files", "type": "main", "index": 0}]]},
+        "Files": {"main": [[{"node": "smtp.send", "type": "main", "index": 0}]]},
+    }
+    js = files["parameters"]["jsCode"]
+    assert 'const names = ["invite"];' in js and 'data["binary." + name]' in js
+    assert "$env" not in js and "require" not in js and "{{" not in js
+    assert send["parameters"]["options"]["fileAttachments"] == "invite"
+    assert "binary" not in send["parameters"]  # a file is no node parameter
+    assert hostile not in json.dumps(wf.workflow)
+    # the workflow does not depend on the event: every plan's mails share it
+    again = build_step_workflow(_plan(registry), "h", mail.step, registry, credentials=CREDS)
+    assert again.workflow == wf.workflow
+    create = next(s for s in plan.graph if s.call == "create_event")
+    built = build_step_workflow(plan, "h", create.step, registry, credentials=CREDS).workflow
+    assert [n["name"] for n in built["nodes"]] == ["Trigger", "caldav.create_event"]
+    with pytest.raises(BindingError, match="attaches files"):
+        build_batch_workflow(mail, registry)
