@@ -55,8 +55,12 @@ def test_preferences_page_and_dropping_evidence(browser: Browser, api: ApiHarnes
     page.fill("#text", "schedule a meeting with Alice and Bob tomorrow afternoon called Sync")
     page.press("#text", "Enter")
     page.wait_for_selector("section.card fieldset.evidence")
-    assert "pref:default_meeting_length" in page.locator("fieldset.evidence").inner_text()
-    page.locator("fieldset.evidence input[type=checkbox]").first.check()
+    # each item is a sentence a person reads (Evidence.why), never JSON (issue 25)
+    shown = page.locator("fieldset.evidence").inner_text()
+    assert "{" not in shown and "pref:" not in shown, shown
+    labels = page.locator("fieldset.evidence label").all_inner_texts()
+    assert len(labels) == len(set(labels)) and all(t.strip() for t in labels), labels
+    page.get_by_label("You set default meeting length to 45 (your preference, set").check()
     page.get_by_role("button", name="Drop selected and re-plan").click()
     page.wait_for_selector("text=How long should the meeting be")
 
