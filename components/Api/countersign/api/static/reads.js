@@ -77,7 +77,8 @@ function strip(item) {
   if (!w) return null;
   const lo = Date.parse(w.start), hi = Date.parse(w.end);
   if (!(hi > lo) || hi - lo > 2 * 86400000) return null;
-  const marks = [...(item.busy || []).map((b) => ["busy", b]), ...(item.free || []).map((f) => ["free", f])];
+  const taken = item.kind === "free" ? gaps(w, item.free || []) : item.busy || [];
+  const marks = [...taken.map((b) => [item.kind === "free" ? "taken" : "busy", b]), ...(item.free || []).map((f) => ["free", f])];
   const said = marks.sort((a, b) => Date.parse(a[1].start) - Date.parse(b[1].start))
     .map(([k, s]) => `${k} ${stretch(s.start, s.end, w.start)}`).join("; ");
   const bar = el("div", { class: "strip", role: "img", "aria-label": `${item.label}, ${stretch(w.start, w.end)}: ${said || "nothing read"}` });
@@ -87,7 +88,7 @@ function strip(item) {
     if (b <= a) continue;
     const seg = el("span", { class: `seg ${kind}`, "aria-hidden": "true", title: `${kind} ${stretch(s.start, s.end, w.start)}` });
     Object.assign(seg.style, { position: "absolute", top: "0", bottom: "0", left: `${(100 * (a - lo)) / (hi - lo)}%`, width: `${(100 * (b - a)) / (hi - lo)}%`, fontSize: "0.7rem", lineHeight: "1.4rem", textAlign: "center", overflow: "hidden", whiteSpace: "nowrap", color: "#1b1b1b" });
-    seg.style.background = kind === "busy" ? "repeating-linear-gradient(135deg, #9ca3af 0 4px, #e5e7eb 4px 8px)" : "#bbf7d0";
+    seg.style.background = kind !== "free" ? "repeating-linear-gradient(135deg, #9ca3af 0 4px, #e5e7eb 4px 8px)" : "#bbf7d0";
     seg.textContent = kind;
     bar.append(seg);
   }
@@ -95,6 +96,18 @@ function strip(item) {
     el("span", {}, dayKey(w.start) === dayKey(w.end) ? clock(w.end) : instant(w.end)));
   Object.assign(ends.style, { display: "flex", justifyContent: "space-between" });
   return el("div", {}, bar, ends);
+}
+
+function gaps(w, free) {
+  // the stretches of the window that are not free for everyone (someone is busy)
+  const out = [];
+  let t = w.start;
+  for (const f of [...free].sort((a, b) => Date.parse(a.start) - Date.parse(b.start))) {
+    if (Date.parse(f.start) > Date.parse(t)) out.push({ start: t, end: f.start });
+    if (Date.parse(f.end) > Date.parse(t)) t = f.end;
+  }
+  if (Date.parse(w.end) > Date.parse(t)) out.push({ start: t, end: w.end });
+  return out;
 }
 
 function busyLine(item) {
@@ -202,7 +215,8 @@ function listRows(field, before, after, currency) {
   for (const k of new Set([...was.keys(), ...now.keys()])) {
     const a = was.get(k), b = now.get(k);
     const name = (b || a).title || k;
-    if (!a || !b) { rows.push({ field: name, old: a ? "offered" : "not offered", new: b ? "offered" : "gone" }); continue; }
+    const at = (x) => { const p = x.price ?? x.unit_price; return p == null ? "" : ` at ${money(p, currency)}`; };
+    if (!a || !b) { rows.push({ field: name, old: a ? `offered${at(a)}` : "not offered", new: b ? `offered${at(b)}` : "gone" }); continue; }
     for (const f of new Set([...Object.keys(a), ...Object.keys(b)])) {
       if (JSON.stringify(a[f]) !== JSON.stringify(b[f])) rows.push({ field: `${name} · ${f.replaceAll("_", " ")}`, old: words(a[f], f, currency), new: words(b[f], f, currency) });
     }
