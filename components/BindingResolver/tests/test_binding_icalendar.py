@@ -332,7 +332,7 @@ def test_written_event_is_read_back_by_icalendar_and_by_ics_busy() -> None:
     assert all(len(line.encode()) <= 75 for line in text.split("\r\n"))
 
 
-_UNSAFE = "\x00\x01\x08\x0b\x0c\x1b\x1c\x1d\x1e\x7f\x85\u2028\u2029"
+_UNSAFE = "\x00\x01\x08\x0b\x0c\x1b\x1c\x1d\x1e\x7f\x85\u2028\u2029\ufeff"
 
 
 @given(st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(_UNSAFE), max_size=120))

@@ -291,10 +291,11 @@ def _utc(value: str, name: str) -> datetime:
 def _text(value: str) -> str:
     """RFC 5545 §3.3.11 TEXT may carry no control character but HTAB (line breaks are escaped
     by ``icalendar``); those, and the separators that lax readers split lines on (U+0085,
-    U+2028, U+2029), become spaces so that no reader sees a second property."""
+    U+2028, U+2029), become spaces so that no reader sees a second property; so does U+FEFF (a
+    byte-order mark, which ``icalendar`` drops when it opens a value)."""
     return "".join(
         " "
-        if (unicodedata.category(c) == "Cc" and c not in "\t\r\n") or c in "\x85\u2028\u2029"
+        if (unicodedata.category(c) == "Cc" and c not in "\t\r\n") or c in "\x85\u2028\u2029\ufeff"
         else c
         for c in value
     )
