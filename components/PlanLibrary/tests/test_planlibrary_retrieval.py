@@ -80,14 +80,17 @@ def test_the_shipped_set_is_what_its_generator_writes_and_is_large_enough() -> N
         assert q["relevant"] and all(plans[p]["intent"] == q["intent"] for p in q["relevant"])
 
 
-def recall_at_5(lib: PlanLibrary, channels: tuple[str, ...]) -> float:
+def recall_at_5(lib: PlanLibrary, channels: tuple[str, ...], *, by_intent: bool = False) -> float:
     total = 0.0
     queries = [r for r in _rows() if r["kind"] == "query"]
     w = RetrievalWeights(min_score=0.0)
     for q in queries:
+        intent = q["intent"] if by_intent else None
         got = {
             r.entry.plan_id
-            for r in lib.retrieve("u-set", q["query"], weights=w, limit=5, channels=channels)
+            for r in lib.retrieve(
+                "u-set", q["query"], weights=w, limit=5, channels=channels, intent=intent
+            )
         }
         total += len(got & set(q["relevant"])) / len(q["relevant"])
     return total / len(queries)
@@ -244,3 +247,23 @@ def test_numbers_times_and_dates_never_match(db: Database) -> None:
     assert [h.matched for h in hit] == [("visa",)]
     got = lib.retrieve("u-num", "meeting 30 min 2027 at 00:00", channels=("bm25",))
     assert got == []
+
+
+def test_recall_within_the_intent(db: Database) -> None:
+    """What ``exemplars`` does (only plans of the request's intent): recall@5 on the same set,
+    each channel restricted to the query's intent — at least the unrestricted figures."""
+    lib = PlanLibrary(db, embedder=EMBEDDER, clock=lambda: NOW)
+    _load(lib, _entries())
+    got = {
+        name: recall_at_5(lib, channels, by_intent=True)
+        for name, channels in (
+            ("bm25", ("bm25",)),
+            ("vector", ("vector",)),
+            ("hybrid", ("bm25", "vector")),
+        )
+    }
+    print(
+        f"\nrecall@5 within the intent: bm25 {got['bm25']:.3f} vector {got['vector']:.3f} "
+        f"hybrid {got['hybrid']:.3f}"
+    )
+    assert got["hybrid"] >= 0.848 and got["bm25"] >= 0.753 and got["vector"] >= 0.826
