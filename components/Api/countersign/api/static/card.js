@@ -22,7 +22,10 @@ function card(doc, preview, changes, understood) {
         title: "every gate decision, signed; check it offline with: countersign receipts verify FILE" },
         "Download approval receipts")),
   );
-  if (understood && understood.length) box.append(understoodList(understood, plan.plan_id));
+  if (understood && understood.length) {
+    understoodOf[plan.plan_id] = understood;  // a fresh preview of this plan shows it again
+    box.append(understoodList(understood, plan.plan_id));
+  }
   box.append(dagView(plan));
   if (changes && changes.length) box.append(...changesView(changes));
   const evidence = doc.evidence || [];
@@ -50,13 +53,16 @@ function card(doc, preview, changes, understood) {
       await api("POST", `/v1/plans/${plan.plan_id}/cancel`);
       for (const b of box.querySelectorAll("button")) b.disabled = true;
       const s = document.getElementById(`status-${plan.plan_id}`);
-      if (!s || !s.textContent.startsWith("finished")) note(plan.plan_id, "cancelled: nothing more of it runs");
+      if (!s || s.dataset.state !== "final") note(plan.plan_id, "cancelled: nothing more of it runs");
     } catch (e) { note(plan.plan_id, `refused: ${e.message}`); stop.disabled = false; }
   } }, "Cancel plan");
   box.append(el("p", {}, stop));
   if (doc.workflow_id) box.append(temporalLink(doc.workflow_id));
   return box;
 }
+
+// what each plan was understood as (chat.js understoodList), by plan id
+const understoodOf = {};
 
 // plan statuses after which nothing is decided any more (the API folds them from the event log)
 const ENDED = ["completed", "failed", "cancelled", "rejected", "expired", "refused"];
@@ -87,11 +93,13 @@ async function lookAgain(doc, changes) {
   const planId = doc.plan.plan_id;
   const fresh = await api("POST", `/v1/plans/${planId}/preview`);
   const old = document.querySelector(`section.card[data-plan="${planId}"]`);
-  const box = card(doc, fresh, changes);
+  const box = card(doc, fresh, changes, understoodOf[planId]);
   if (old) old.replaceWith(box); else say("assistant", box);
   note(planId, "The world changed since you looked (above): this is a fresh preview; nothing was written. Approve again if it is still what you want.");
-  const first = box.querySelector("fieldset input, fieldset button");
-  if (first) first.focus();
+  // the focus goes to the decision asked again: the gate's picked choice (or its first button),
+  // once the gate has its choices — not to the first checkbox of the card (the evidence)
+  const open = box.querySelector("fieldset[data-gate]:not([disabled])");
+  if (open) { await open.ready; focusGate(open); }
 }
 
 function temporalLink(workflowId) {
@@ -124,9 +132,22 @@ function showRun(planId, workflowId) {
   if (box && !box.querySelector(".run")) box.append(temporalLink(workflowId));
 }
 
-function note(planId, text) {
+// the status line only moves forward: once a plan finished, failed, was cancelled or rejected,
+// no earlier state ("sent to watch-…", "execute: running") is shown over it, whatever order the
+// event stream and the HTTP replies arrive in. A state is "progress" or "final" (data-state).
+const STATE_ORDER = { progress: 1, final: 2 };
+
+function stateOf(text) {
+  return /^(finished|cancelled)\b|^\S+ rejected:/.test(text) ? "final" : "progress";
+}
+
+function note(planId, text, state = stateOf(text)) {
+  // says ``text`` on the plan's status line unless it already shows a later state; true if said
   const s = document.getElementById(`status-${planId}`);
-  if (s) s.textContent = text;
+  if (!s || (STATE_ORDER[state] || 0) < (STATE_ORDER[s.dataset.state] || 0)) return false;
+  s.textContent = text;
+  s.dataset.state = state;
+  return true;
 }
 
 const following = new Set();

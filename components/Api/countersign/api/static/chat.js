@@ -139,6 +139,70 @@ function openEdit(li, u, planId, change) {
   input.focus();
 }
 
+const LABELS = { max_price: "Budget", window_start: "From", window_end: "Until", duration_min: "Duration" };
+
+function localInput(iso) {
+  // a UTC instant as a datetime-local field shows it (the person's clock)
+  const at = new Date(iso);
+  if (Number.isNaN(at.getTime())) return String(iso);
+  const p = (n) => String(n).padStart(2, "0");
+  return `${at.getFullYear()}-${p(at.getMonth() + 1)}-${p(at.getDate())}T${p(at.getHours())}:${p(at.getMinutes())}`;
+}
+
+function plainItem(planId, entity) {
+  // an entity as "What I understood" lists it, for a card shown without that list (its page)
+  const known = (understoodOf[planId] || []).find((u) => u.entity === entity);
+  if (known) return known;
+  const doc = docs[planId];
+  const value = doc ? (doc.plan.intent.entities || {})[entity] : undefined;
+  const type = entity.endsWith("_min") ? "integer" : entity.startsWith("window_") ? "datetime" : "string";
+  const edit = type === "datetime" ? localInput(value) : value && typeof value === "object" && "amount" in value ? value.amount : value;
+  return { entity, label: LABELS[entity] || entity.replaceAll("_", " "), type, value, edit };
+}
+
+function changeEntity(planId, entity, anchor, button) {
+  // change one entity of a plan the way "What I understood" does (openEdit: a revision to
+  // approve again): on the card's own line for it when the card lists it, else next to ``button``
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  const line = box && box.querySelector(`section.understood li[data-entity="${entity}"]`);
+  const change = line && line.querySelector("button.change");
+  if (change) {
+    line.scrollIntoView({ block: "nearest" });
+    openEdit(line, plainItem(planId, entity), planId, change);
+    return;
+  }
+  openEdit(anchor, plainItem(planId, entity), planId, button);
+}
+
+// the conversation waiting for an answer (a question asked), kept across a reload of the page
+const OPEN_KEY = "countersign.open-conversation";
+
+function remember(conversationId) {
+  try {
+    if (conversationId) sessionStorage.setItem(OPEN_KEY, conversationId);
+    else sessionStorage.removeItem(OPEN_KEY);
+  } catch (e) { /* no session storage: a reload starts afresh */ }
+}
+
+async function resume() {
+  // after a reload: the open conversation's messages since its last plan or refusal, and the
+  // question it asks, come back; the next message answers it (GET /v1/conversations/{id})
+  let id = null;
+  try { id = sessionStorage.getItem(OPEN_KEY); } catch (e) { return; }
+  if (!id) return;
+  const conv = await api("GET", `/v1/conversations/${encodeURIComponent(id)}`).catch(() => null);
+  const turns = (conv && conv.turns) || [];
+  const last = turns[turns.length - 1];
+  if (!last || last.role !== "assistant" || !last.reply || !last.reply.needs) { remember(null); return; }
+  let from = 0;
+  turns.forEach((t, i) => { if (t.reply && (t.reply.plan_id || t.reply.refusal)) from = i + 1; });
+  for (const t of turns.slice(from)) {
+    if (t.role === "person") say("person", t.text);
+    else if (t.reply && t.reply.needs) say("assistant", ...questions(t.reply.needs, t.reply.understood));
+  }
+  conversation = conv.conversation_id;
+}
+
 function zone() {
   try { return Intl.DateTimeFormat().resolvedOptions().timeZone || undefined; } catch (e) { return undefined; }
 }
@@ -150,6 +214,7 @@ async function send(text) {
     const revising = !conversation && lastConversation && /^\s*(please\s+)?(change|instead|make\s+it|move\s+it|switch)\b/i.test(text);
     const reply = await api("POST", "/v1/intents", { text, conversation_id: revising ? lastConversation : conversation, tz: zone() });
     conversation = reply.conversation_id || conversation;
+    remember(reply.needs && !reply.plan ? conversation : null);
     if (reply.refusal) {
       // an answer, never a plan: said plainly (not as an error); the conversation keeps nothing of it
       say("assistant", el("p", { class: "answer" }, reply.refusal.message));
@@ -197,6 +262,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   const planId = document.body.dataset.plan;
   if (planId) showCard(planId).catch((e) => say("assistant", e.message));
+  else resume().catch(() => remember(null));
   loadPlans();
   input.focus();
 });

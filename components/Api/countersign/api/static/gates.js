@@ -157,11 +157,50 @@ async function fillChoices(doc, g, reads, holder, approve, options) {
       el("label", Object.assign({ for: id }, shownAs.title ? { title: shownAs.title } : {}), shownAs.label)));
   });
   if (!offered.length) {
-    holder.append(el("p", { class: "meta", role: "status" }, "Nothing was offered to choose from (for example nothing within the budget, or no free time in the window): there is nothing to approve here. Ask again with other limits."));
+    holder.append(...nothingOffered(doc, holder));
     approve.disabled = true;
   } else {
     approve.disabled = false;
   }
+}
+
+function amountShown(doc, entity) {
+  // an amount as the card's "What I understood" shows it ("2.00 EUR"), else as the plan holds it
+  const u = (understoodOf[doc.plan.plan_id] || []).find((x) => x.entity === entity);
+  if (u && u.shown) return u.shown;
+  const v = (doc.plan.intent.entities || {})[entity];
+  return v && typeof v === "object" && "amount" in v ? `${v.amount}${v.currency ? ` ${v.currency}` : ""}` : String(v);
+}
+
+function nothingOffered(doc, holder) {
+  // an empty shortlist, or no free time: say why there is nothing to approve, and offer the
+  // change that could give something (the same edit as "What I understood": chat.js changeEntity)
+  const ents = doc.plan.intent.entities || {};
+  const planId = doc.plan.plan_id;
+  const offer = (entity, label) => {
+    const b = el("button", { type: "button", class: "change-limit", "data-entity": entity }, label);
+    b.addEventListener("click", () => changeEntity(planId, entity, holder, b));
+    return b;
+  };
+  if ("max_price" in ents) {
+    return [el("p", { class: "nothing", role: "status" },
+      `Nothing in the shop is within your budget of ${amountShown(doc, "max_price")}: there is nothing to approve here. A larger budget may find something.`),
+    el("p", {}, offer("max_price", "Change the budget"))];
+  }
+  if ("window_start" in ents || "duration_min" in ents) {
+    const span = ents.window_start && ents.window_end ? ` between ${when(ents.window_start, ents.window_end)}` : "";
+    return [el("p", { class: "nothing", role: "status" },
+      `There is no free ${ents.duration_min ? `${ents.duration_min}-minute ` : ""}time for everyone${span}: there is nothing to approve here. Another window or a shorter meeting may fit.`),
+    el("p", {}, ...[["window_start", "Change the window's start"], ["window_end", "Change the window's end"], ["duration_min", "Change the duration"]]
+      .filter(([e]) => e in ents).flatMap(([e, label]) => [offer(e, label), " "]))];
+  }
+  return [el("p", { class: "nothing", role: "status" }, "Nothing was offered to choose from: there is nothing to approve here. Ask again with other limits.")];
+}
+
+function focusGate(fs) {
+  // the decision a gate asks: its picked choice, else its first button that can be pressed
+  const target = fs.querySelector("input[type=radio]:checked") || fs.querySelector("input:not([disabled]), button:not([disabled])");
+  if (target) target.focus();
 }
 
 function gate(doc, g, reads) {
@@ -179,10 +218,8 @@ function gate(doc, g, reads) {
       follow(planId);
       if (!tok.durable) {
         const run = await api("POST", `/v1/plans/${planId}/execute`, { tokens: { [g.gate_id]: tok.token } });
-        const s = document.getElementById(`status-${planId}`);
-        if (!s || !s.textContent.startsWith("finished")) {  // the event stream may have said it first
-          note(planId, run.status === "completed" ? "finished: completed" : `execute: ${run.status}${run.waiting_gate ? ` (next: ${run.waiting_gate})` : ""}`);
-        }
+        // the event stream may have said it first: note never goes back from a final state
+        note(planId, ENDED.includes(run.status) ? `finished: ${run.status}` : `execute: ${run.status}${run.waiting_gate ? ` (next: ${run.waiting_gate})` : ""}`);
         if (run.workflow_id) showRun(planId, run.workflow_id);
         if (run.status === "waiting" && run.waiting_gate) await openGate(planId, run.waiting_gate);
       } else {
@@ -201,9 +238,11 @@ function gate(doc, g, reads) {
     catch (e) { note(planId, `refused: ${e.message}`); }
   } }, "Reject");
   fs.append(el("div", {}, approve, " ", reject));
+  // ``ready``: settled once the gate shows its choices (the focus waits for it)
+  fs.ready = Promise.resolve();
   if (needsChoice(doc, g.gate_id)) {
     approve.disabled = true;
-    fillChoices(doc, g, reads, holder, approve, options);
+    fs.ready = fillChoices(doc, g, reads, holder, approve, options).catch(() => {});
   }
   return fs;
 }
