@@ -318,3 +318,13 @@ def test_the_person_asking_is_you(registry: Registry) -> None:
     assert shown["writes"][1]["text"].startswith("Mail you and Bob “Quarterly sync”")
     cart = shown_plan(_usecase("shopping"), {}, registry, (), me="alice")["writes"]
     assert cart[0]["text"] == "Add 2 × the offer you pick below to your cart"
+
+
+def test_people_the_contacts_do_not_know_are_named_by_address_beside_you(
+    registry: Registry,
+) -> None:
+    shown = shown_plan(_usecase("meeting"), {2: {"busy": []}}, registry, (), me="alice@example.com")
+    assert shown["reads"][0]["line"] == "bob@example.com: free in this window"  # not capitalized
+    assert shown["writes"][0]["text"].startswith(
+        "Create the event “Quarterly sync” in your calendar and the calendar of bob@example.com"
+    )

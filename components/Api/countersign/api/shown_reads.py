@@ -45,13 +45,17 @@ def person(value: Any, people: Sequence[Contact]) -> str:
 
 
 def _whose(names: Sequence[str], noun: str) -> str:
-    """ "Alice's and Bob's calendars", "Bob's calendar", or "the calendar of bob@example.com"."""
-    if not names:
-        return f"the {noun}"
-    if all("@" not in n for n in names):
-        owners = ["your" if n == YOU else f"{n}'s" for n in names]
-        return f"{_joined(owners)} {noun}{'s' if len(names) > 1 else ''}"
-    return f"the {noun}{'s' if len(names) > 1 else ''} of {_joined(names)}"
+    """ "Alice's and Bob's calendars", "your calendar", "the calendar of bob@example.com", or
+    both ("your calendar and the calendar of bob@example.com")."""
+    named = list(dict.fromkeys(n for n in names if "@" not in n))
+    addresses = list(dict.fromkeys(n for n in names if "@" in n))
+    parts = []
+    if named:
+        owners = ["your" if n == YOU else f"{n}'s" for n in named]
+        parts.append(f"{_joined(owners)} {noun}{'s' if len(named) > 1 else ''}")
+    if addresses:
+        parts.append(f"the {noun}{'s' if len(addresses) > 1 else ''} of {_joined(addresses)}")
+    return " and ".join(parts) or f"the {noun}"
 
 
 def _joined(words: Sequence[str]) -> str:
@@ -178,7 +182,7 @@ def _busy_read(step: Step, out: Mapping[str, Any], people: Sequence[Contact]) ->
         "owner": who,
         "address": args.get("user"),
         "label": _whose([who], "calendar") if who else "the calendar",
-        "line": f"{owner[:1].upper()}{owner[1:]}: "
+        "line": f"{'You' if owner == YOU else owner}: "
         + (f"{len(inside)} busy stretch{'es' if len(inside) > 1 else ''}" if inside else "free")
         + (" in this window" if start and end else ""),
         "window": {"start": start, "end": end} if _instant(start) and _instant(end) else None,

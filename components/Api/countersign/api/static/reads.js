@@ -113,7 +113,7 @@ function gaps(w, free) {
 function busyLine(item) {
   const w = item.window ? item.window.start : null;
   const busy = (item.busy || []).map((b) => stretch(b.start, b.end, w));
-  const who = cap(item.owner || item.label);
+  const who = item.owner === "you" ? "You" : item.owner || cap(item.label);
   if (item.kind === "free") {
     const free = (item.free || []).map((f) => stretch(f.start, f.end, w));
     return `${item.label}: ${free.length ? free.join(", ") : "no time free for everyone"}`;
