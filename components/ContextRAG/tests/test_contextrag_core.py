@@ -95,7 +95,13 @@ def test_history_becomes_outcomes_and_a_pattern() -> None:
     items = history_items(rows, "schedule_meeting")
     pattern = [i for i in items if i.type == "preference"]
     assert len(pattern) == 1 and pattern[0].value == 30 and pattern[0].confidence == 0.8
-    assert sum(i.type == "history" for i in items) == 5
+    # one history item per key: the newest run's value, how the runs went (counted per run)
+    (hist,) = [i for i in items if i.type == "history"]
+    assert hist.value == 30 and hist.source_ref == "history:schedule_meeting:duration_min"
+    assert hist.why == (
+        "5 of your last 5 schedule meeting runs succeeded; the latest, on 25 Nov 2026, "
+        "had duration min 30."
+    )
     assert history_items(rows, "purchase_item") == []
 
 
@@ -170,7 +176,27 @@ def test_a_pattern_counts_runs_not_steps() -> None:
     (pattern,) = [i for i in history_items(rows, "schedule_meeting") if i.type == "preference"]
     # two runs, one each: a tie broken by the newest; 1 of 2 runs, discounted below five runs
     assert pattern.value == 45 and pattern.confidence == round(0.5 * 2 / 5, 3)
-    assert pattern.why == "Duration min was 45 in 1 of your last 2 schedule meeting runs."
+    assert pattern.why == (
+        "Duration min was 45 in 1 of your last 2 successful schedule meeting runs."
+    )
+    # a failed run counts once as a failure, however many of its steps failed
+    failed = [
+        {
+            **rows[0],
+            "plan_id": "P" + "2" * 25,
+            "step": s,
+            "status": "failed",
+            "key": "outcome",
+            "value": {"op": "caldav.create_event"},
+        }
+        for s in (1, 2, 3)
+    ]
+    ok = [{**rows[-1], "key": "outcome", "value": {"op": "smtp.send"}}]
+    (hist,) = [i for i in history_items(failed + ok, "schedule_meeting") if i.type == "history"]
+    assert hist.why == (
+        "1 of your last 2 schedule meeting runs succeeded; the latest, on 24 Nov 2026, "
+        "ran caldav.create_event."
+    )
 
 
 def _kinds() -> list[MemoryItem]:

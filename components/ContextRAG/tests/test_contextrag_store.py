@@ -169,7 +169,9 @@ def test_tiers_from_the_store_and_expiry(db: Database) -> None:
     ev = m.evidence(_intent(3), exclude={"pref:default_meeting_length"}, relevant=NAMES)
     (pattern,) = [e for e in ev if e.key == "duration_min"]
     assert pattern.value == 30
-    assert pattern.why == "Duration min was 30 in 5 of your last 5 schedule meeting runs."
+    assert pattern.why == (
+        "Duration min was 30 in 5 of your last 5 successful schedule meeting runs."
+    )
     # a contact the intent does not name, a preference no entity uses: not evidence
     other = _intent(4).model_copy(update={"entities": {"title": "sync"}})
     assert {e.type for e in m.evidence(other)} == {"history"}

@@ -79,56 +79,82 @@ def pref_items(prefs: Mapping[str, tuple[JsonValue, datetime]]) -> list[MemoryIt
 _SUCCEEDED = ("created", "updated", "ok", "succeeded", "completed")
 
 
-def history_items(rows: Sequence[Mapping[str, Any]], intent: str) -> list[MemoryItem]:
-    """T3 items from outcome history rows (``plan_id, step, intent, key, value, status,
-    created_at``, newest first): the recent outcomes of this intent as ``history`` items, and
-    patterns — a value this intent took in most past successful runs becomes a ``preference``
-    with confidence = its share, discounted while there are fewer than five runs. Runs are
-    counted once each (a plan's newest value of the key), whatever their number of steps."""
-    out: list[MemoryItem] = []
-    # key → plan id → the run's value (its newest row), as an equality key
-    runs: dict[str, dict[str, str]] = defaultdict(dict)
-    values: dict[str, JsonValue] = {}
-    newest: dict[str, datetime] = {}
+_FAILED = ("failed", "error", "cancelled")
+
+
+def _runs_of(rows: Sequence[Mapping[str, Any]], intent: str) -> dict[str, dict[str, list[Any]]]:
+    """key → plan id → [newest value, its time, whether any of the run's rows failed], runs
+    newest first (rows come newest first)."""
+    runs: dict[str, dict[str, list[Any]]] = defaultdict(dict)
     for r in rows:
         if r["intent"] != intent:
             continue
-        key, at = str(r["key"]), r["created_at"]
-        if r["status"] in _SUCCEEDED:
-            # an equality key for counting (cheaper than canonical bytes; same value, same key)
-            b = json.dumps(r["value"], sort_keys=True, separators=(",", ":"))
-            runs[key].setdefault(str(r["plan_id"]), b)
-            values[b] = r["value"]
-            newest.setdefault(key, at)
+        run = runs[str(r["key"])].setdefault(
+            str(r["plan_id"]), [r["value"], r["created_at"], False]
+        )
+        run[2] = run[2] or r["status"] in _FAILED
+    return runs
+
+
+def _pattern(intent: str, key: str, rows: Sequence[Mapping[str, Any]]) -> MemoryItem | None:
+    """The value most of the successful runs took for ``key`` (each run's newest row)."""
+    by_run: dict[str, str] = {}
+    values: dict[str, JsonValue] = {}
+    newest: datetime | None = None
+    for r in rows:
+        if r["intent"] != intent or str(r["key"]) != key or r["status"] not in _SUCCEEDED:
+            continue
+        # an equality key for counting (cheaper than canonical bytes; same value, same key)
+        b = json.dumps(r["value"], sort_keys=True, separators=(",", ":"))
+        by_run.setdefault(str(r["plan_id"]), b)
+        values[b] = r["value"]
+        newest = newest or r["created_at"]
+    if newest is None:
+        return None
+    total = len(by_run)
+    b, n = Counter(by_run.values()).most_common(1)[0]
+    confidence = round(n / total * min(1.0, total / 5), 3)
+    return MemoryItem(
+        "T3",
+        "preference",
+        key,
+        values[b],
+        confidence,
+        f"pattern:{intent}:{key}",
+        newest,
+        why=pattern_why(key, values[b], n, total, intent),
+    )
+
+
+def history_items(rows: Sequence[Mapping[str, Any]], intent: str) -> list[MemoryItem]:
+    """T3 items from outcome history rows (``plan_id, step, intent, key, value, status,
+    created_at``, newest first), counted per **run** (one plan, whatever its number of steps):
+
+    - per key, one ``history`` item: the newest run's value, and how the recent runs went
+      ("3 of your last 4 schedule meeting runs succeeded; the latest, on 24 Nov 2026, ran
+      caldav.create_event.") — a run failed when any of its rows did;
+    - patterns: a value this intent took in most past successful runs becomes a ``preference``
+      with confidence = its share of those runs, discounted while there are fewer than five.
+    """
+    out: list[MemoryItem] = []
+    for key, by_run in _runs_of(rows, intent).items():
+        value, at, _ = next(iter(by_run.values()))
+        ok = sum(not failed for _, _, failed in by_run.values())
         out.append(
             MemoryItem(
                 "T3",
                 "history",
                 f"{intent}.{key}",
-                r["value"],
+                value,
                 0.6,
-                f"history:{r['plan_id']}:{r['step']}:{key}",
+                f"history:{intent}:{key}",
                 at,
-                why=history_why(intent, key, r["value"], str(r["status"]), at),
+                why=history_why(intent, key, value, ok, len(by_run), at),
             )
         )
-    for key, by_run in runs.items():
-        counts = Counter(by_run.values())
-        total = len(by_run)
-        b, n = counts.most_common(1)[0]
-        confidence = round(n / total * min(1.0, total / 5), 3)
-        out.append(
-            MemoryItem(
-                "T3",
-                "preference",
-                key,
-                values[b],
-                confidence,
-                f"pattern:{intent}:{key}",
-                newest[key],
-                why=pattern_why(key, values[b], n, total, intent),
-            )
-        )
+        pattern = _pattern(intent, key, rows)
+        if pattern is not None:
+            out.append(pattern)
     return out
 
 

@@ -2,7 +2,9 @@
 and the value as words (never JSON braces). Pure: the dates are the items' own.
 
 "You set default meeting length to 45 (your preference, set 3 Nov)." · "Bob is in your contacts
-(bob@example.com)." · "Duration min was 30 in 4 of your last 4 schedule meeting runs."
+(bob@example.com)." · "Duration min was 30 in 4 of your last 5 successful schedule meeting
+runs." · "3 of your last 4 schedule meeting runs succeeded; the latest, on 24 Nov 2026, ran
+caldav.create_event."
 """
 
 from __future__ import annotations
@@ -25,18 +27,6 @@ __all__ = [
 
 #: longest value text inside a sentence (the sentence stays well within Evidence's 300)
 _VALUE_CHARS = 90
-#: a history row's status, as the end of a sentence
-_STATUS = {
-    "ok": "it succeeded",
-    "succeeded": "it succeeded",
-    "completed": "it succeeded",
-    "created": "it was created",
-    "updated": "it was updated",
-    "skipped": "it was skipped",
-    "failed": "it failed",
-    "error": "it failed",
-    "cancelled": "it was undone",
-}
 
 
 def label(key: str) -> str:
@@ -91,20 +81,27 @@ def contact_why(name: str, value: JsonValue) -> str:
 
 
 def pattern_why(key: str, value: JsonValue, runs: int, total: int, intent: str) -> str:
-    """A value this intent took in most of its past runs (counted per run)."""
+    """A value this intent took in most of its past successful runs (counted per run)."""
     plural = "run" if total == 1 else "runs"
     return (
-        f"{_cap(label(key))} was {spoken(value)} in {runs} of your last {total} "
+        f"{_cap(label(key))} was {spoken(value)} in {runs} of your last {total} successful "
         f"{label(intent)} {plural}."
     )
 
 
-def history_why(intent: str, key: str, value: JsonValue, status: str, at: datetime) -> str:
-    """One recorded outcome of an earlier plan of this intent."""
-    done = _STATUS.get(status, status)
+def history_why(intent: str, key: str, value: JsonValue, ok: int, runs: int, at: datetime) -> str:
+    """How this intent's recent runs went (counted per run) and what the latest recorded."""
     if isinstance(value, Mapping) and isinstance(value.get("op"), str):
-        return f"Your {label(intent)} plan of {_day(at)} ran {value['op']}: {done}."
-    return f"Your {label(intent)} plan of {_day(at)} had {label(key)} {spoken(value)}: {done}."
+        latest = f"ran {value['op']}"
+    else:
+        latest = f"had {label(key)} {spoken(value)}"
+    if runs == 1:
+        went = "succeeded" if ok else "did not succeed"
+        return f"Your {label(intent)} plan of {_day(at)} {went}; it {latest}."
+    return (
+        f"{ok} of your last {runs} {label(intent)} runs succeeded; the latest, on {_day(at)}, "
+        f"{latest}."
+    )
 
 
 def fact_why(kind: str, key: str, value: JsonValue, at: datetime, purpose: str | None) -> str:
