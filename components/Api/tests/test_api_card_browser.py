@@ -165,6 +165,7 @@ def test_the_plan_is_drawn_as_a_dag_and_stacks_at_phone_width(
     ), wide
     assert len(_edges(page, plan_id)) == len(want)
     page.screenshot(path=str(SHOTS / "card-dag-360.png"), full_page=True)
+    card.locator("figure.dag").screenshot(path=str(SHOTS / "card-dag-360-steps.png"))
 
     page.set_viewport_size({"width": 1000, "height": 900})
     page.get_by_role("button", name="Approve").click()

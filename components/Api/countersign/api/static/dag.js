@@ -60,7 +60,7 @@ function stepKind(s) {
   return "compute";
 }
 
-const KIND_BADGE = { gate: "◆ gate: waits for you", write: "✎ writes", read: "◌ reads", compute: "∑ works out" };
+const KIND_BADGE = { gate: "◆ gate", write: "✎ writes", read: "◌ reads", compute: "∑ works out" };
 const STATE_WORDS = { pending: "not started", running: "running…", succeeded: "✓ done", failed: "✗ failed", unknown: "? unknown", skipped: "– skipped", cancelled: "– cancelled" };
 
 function stateWord(status) { return STATE_WORDS[status] || String(status || "not started"); }
@@ -105,8 +105,8 @@ function drawEdges(holder, list, svg, plan) {
     const r = node.getBoundingClientRect();
     at[node.dataset.step] = { l: r.left - box.left, r: r.right - box.left, t: r.top - box.top, b: r.bottom - box.top };
   }
-  const all = Object.values(at);
-  const stacked = all.length > 1 && all.every((r) => Math.abs(r.l - all[0].l) < 2);
+  // stacked: the phone-width layout (one grid column), not a chain that happens to be straight
+  const stacked = getComputedStyle(list).gridTemplateColumns.trim().split(/\s+/).length === 1;
   const order = Object.keys(at);
   holder.classList.toggle("stacked", stacked);
   for (const s of plan.graph) {
@@ -129,7 +129,8 @@ function drawEdges(holder, list, svg, plan) {
 
 function dagView(plan) {
   const rows = levels(plan.graph);
-  const widest = Math.max(1, ...rows.map((r) => r.length));
+  // at least two slots wide: a step alone on its row is half the width, centred
+  const widest = Math.max(2, ...rows.map((r) => r.length));
   const words = {};
   for (const s of plan.graph) words[s.step] = stepWords(s, plan);
   const list = el("ol", { class: "dag-steps", "aria-label": "the plan's steps, in the order they can run; each says what it waits for and its status",
