@@ -148,6 +148,11 @@ def test_numbers_times_dates_and_short_tokens_are_never_terms() -> None:
     # the in-memory index never matches on them either
     doc = _entry(1, text="schedule meeting 30 min 2027 00 00")
     assert Bm25Index([doc]).search("visa 30 2027 00", 5) == []
+    numbers = _entry(2, text="30 00 2027 at 9am")
+    assert Bm25Index([numbers]).search("meeting 30 min 2027 at 00:00", 5) == []
+    visa = _entry(3, text="book visa slot lisbon")
+    index = Bm25Index([numbers, doc, visa])
+    assert [c.entry.plan_id for c in index.search("meeting 30", 5)] == [doc.plan_id]
 
 
 @settings(max_examples=200, deadline=None)

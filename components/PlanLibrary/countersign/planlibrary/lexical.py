@@ -23,7 +23,9 @@ class Bm25Index:
         self.entries = list(entries)
         self._docs = [terms(e.text) for e in self.entries]
         self._sets = [set(d) for d in self._docs]
-        self._bm25 = BM25Okapi(self._docs) if self.entries else None
+        # rank-bm25 divides by the vocabulary's size: a library whose texts hold no meaningful
+        # term (only numbers, dates, stop words) has no lexical channel
+        self._bm25 = BM25Okapi(self._docs) if any(self._docs) else None
 
     def search(self, query: str, k: int) -> list[Candidate]:
         """The ``k`` best entries with a positive score, best first."""
