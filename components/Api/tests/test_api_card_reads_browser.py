@@ -17,11 +17,15 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from countersign.api import UserStore
+from countersign.api.shown_reads import shown_plan
 from countersign.api.testing import ALICE, BOB, ApiHarness, chromium
+from countersign.execute.core import Change
+from countersign.registry import Registry
 
 pytestmark = pytest.mark.slow
 
-SHOTS = Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
+ROOT = Path(__file__).resolve().parents[3]
+SHOTS = ROOT / "artifacts" / "screenshots"
 BERLIN = ZoneInfo("Europe/Berlin")
 #: the card's own sections (the evidence and the plan picture are other helpers' parts)
 MINE = "section.card ul.reads, section.card ul.writes, section.card ul.changes"
@@ -118,3 +122,50 @@ def test_a_stale_card_shows_old_to_new_in_the_persons_clock(
     text = _mine(page)
     assert "{'" not in text and '{"' not in text and "..." not in text, text
     assert api.events_in_calendar() == []
+
+
+def test_offers_read_as_a_table_and_a_moved_price_as_old_to_new_in_euros(
+    browser: Browser, api: ApiHarness, registry: Registry
+) -> None:
+    """The shopping card's reads as the page draws them from ``shown`` (the API harness has no
+    shop: the preview reply is built here from the use case's plan and the sandbox shop's
+    answers), and a stale preview's moved price, named by item, in the intent's currency."""
+    doc = json.loads((ROOT / "usecases/shopping/plans/default.plan.json").read_text())
+    plan = doc.get("plan", doc)
+    offers = [
+        {"item": "cable-a", "title": "usb-c cable 2m (cable-a)", "price": "9.90"},
+        {"item": "cable-b", "title": "usb-c cable 2m (cable-b)", "price": "12.50"},
+    ]
+    moved = [{**offers[0], "price": "14.00"}, offers[1]]
+    outputs = {1: {"query": "usb-c cable 2m", "offers": moved}}
+    preview = {"shown": shown_plan(plan, outputs, registry, (), me=plan["intent"]["user_id"])}
+    changes = [Change(step=1, before={"offers": offers}, after={"offers": moved}).summary()]
+    page = _signed_in(browser, api, ALICE)
+    page.evaluate(
+        """([plan, preview, changes]) => {
+          const box = el("section", { class: "card", "data-plan": plan.plan_id });
+          box.append(...changesView(changes), ...readsView({ plan }, preview, {}), ...writesView(plan));
+          document.getElementById("log").append(box);
+        }""",
+        [plan, preview, changes],
+    )
+    page.screenshot(path=str(SHOTS / "card-reads-offers.png"), full_page=True)
+    table = page.locator("section.card ul.reads table.offers")
+    assert table.locator("caption").inner_text() == "Offers for “usb-c cable 2m”"
+    assert table.locator("th").all_inner_texts() == ["Item", "Price", "Quantity", "Total"]
+    assert table.locator("tbody tr").first.locator("td").all_inner_texts() == [
+        "usb-c cable 2m (cable-a)",
+        "€14.00",
+        "1",
+        "€14.00",
+    ]
+    [row] = page.locator("section.card ul.changes li").all_inner_texts()
+    assert row == "Offers for “usb-c cable 2m” · usb-c cable 2m (cable-a) · price: €9.90 → €14.00"
+    writes = page.locator("section.card ul.writes li").all_inner_texts()
+    assert writes[:2] == [
+        "Add 2 × the offer you pick below to your cart",
+        "Buy what is in your cart, only if its total is at most 15.00 EUR",
+    ]
+    assert page.locator("text=Times in your clock").count() == 0  # no time was read
+    text = _mine(page)
+    assert "{" not in text and "'" not in text.replace("’", ""), text

@@ -124,9 +124,13 @@ function busyLine(item) {
 function offersTable(item) {
   const cur = item.currency;
   const head = el("tr", {}, ...["Item", "Price", "Quantity", "Total"].map((h) => el("th", { scope: "col" }, h)));
-  const rows = item.rows.map((r) => el("tr", {}, el("td", {}, r.title || r.item), el("td", {}, money(r.price, cur)), el("td", {}, String(r.quantity)), el("td", {}, money(r.total, cur))));
+  const num = (text) => { const td = el("td", { class: "num" }, text); td.style.textAlign = "right"; return td; };
+  const rows = item.rows.map((r) => el("tr", {}, el("td", {}, r.title || r.item), num(money(r.price, cur)), num(String(r.quantity)), num(money(r.total, cur))));
   const table = el("table", { class: "offers" }, el("caption", {}, item.label), el("thead", {}, head), el("tbody", {}, ...rows));
-  if (item.total != null) table.append(el("tfoot", {}, el("tr", {}, el("th", { scope: "row", colspan: "3" }, "Total"), el("td", {}, money(item.total, cur)))));
+  if (item.total != null) table.append(el("tfoot", {}, el("tr", {}, el("th", { scope: "row", colspan: "3" }, "Total"), num(money(item.total, cur)))));
+  Object.assign(table.style, { borderCollapse: "collapse", margin: "0.25rem 0" });
+  for (const cell of table.querySelectorAll("td, th")) Object.assign(cell.style, { padding: "0.15rem 0.6rem", borderBottom: "1px solid #ddd" });
+  table.querySelector("caption").style.textAlign = "left";
   if (!item.rows.length) table.querySelector("tbody").append(el("tr", {}, el("td", { colspan: "4" }, "nothing")));
   return table;
 }
@@ -139,6 +143,7 @@ function readItem(item) {
     const bar = strip(item);
     if (bar) li.append(bar);
   } else if (item.kind === "offers") {
+    li.style.listStyle = "none";
     li.append(offersTable(item));
   } else if (item.kind === "times") {
     li.append(el("span", { class: "line" }, item.times.length ? `${item.label}:` : item.line));
@@ -173,9 +178,10 @@ function readsView(doc, preview, reads) {
   const items = shown ? shown.reads : plainReads(plan, reads || {});
   if (!items.length) return [];
   const zoneName = typeof zone === "function" ? zone() : undefined;
+  const timed = items.some((i) => ["busy", "free", "times"].includes(i.kind));
   return [
     el("h3", {}, "What was read"),
-    el("p", { class: "meta" }, `Times in your clock${zoneName ? ` (${zoneName})` : ""}.`),
+    ...(timed ? [el("p", { class: "meta" }, `Times in your clock${zoneName ? ` (${zoneName})` : ""}.`)] : []),
     el("ul", { class: "reads" }, ...items.map(readItem)),
   ];
 }
