@@ -1,7 +1,7 @@
 """The one sentence a person reads about each evidence item (``Evidence.why``, GLOBAL_SPEC §3),
 and the value as words (never JSON braces). Pure: the dates are the items' own.
 
-"You set default meeting length to 45 (your preference, set 3 Nov)." · "Bob is in your contacts
+"You set default meeting length to 45 (your preference, set 3 Nov 2026)." · "Bob is in your contacts
 (bob@example.com)." · "Duration min was 30 in 4 of your last 5 successful schedule meeting
 runs." · "3 of your last 4 schedule meeting runs succeeded; the latest, on 24 Nov 2026, ran
 caldav.create_event."
