@@ -169,3 +169,21 @@ def test_offers_read_as_a_table_and_a_moved_price_as_old_to_new_in_euros(
     assert page.locator("text=Times in your clock").count() == 0  # no time was read
     text = _mine(page)
     assert "{" not in text and "'" not in text.replace("’", ""), text
+    # a watcher's find: the appointment times in the person's clock (09:00Z is 10:00 in Berlin)
+    visa = json.loads((ROOT / "usecases/visa/plans/default.plan.json").read_text())
+    visa = visa.get("plan", visa)
+    found = {1: {"slots": [{"id": "slot-1", "at": "2027-03-14T09:00:00Z"}]}}
+    page.evaluate(
+        """([plan, preview]) => {
+          const box = el("section", { class: "card visa", "data-plan": plan.plan_id });
+          box.append(...readsView({ plan }, preview, {}), ...writesView(plan));
+          document.getElementById("log").append(box);
+        }""",
+        [visa, {"shown": shown_plan(visa, found, registry, ())}],
+    )
+    read = page.locator("section.card.visa ul.reads li.times")
+    assert read.locator(".line").inner_text() == "Free appointments at Lisbon:"
+    assert read.locator("ul li").all_inner_texts() == ["Sun 14 Mar, 10:00"]
+    assert page.locator("section.card.visa ul.writes li").first.inner_text() == (
+        "Book the appointment at Lisbon: the slot you pick below"
+    )
