@@ -94,9 +94,31 @@ def test_the_card_says_whose_calendar_is_busy_when_in_the_persons_clock(
         for w in writes
     ), writes
     assert any(w.startswith("Mail ") and "“Sync”" in w for w in writes), writes
+    _named_by_contacts(page, api)
     text = _mine(page)
     assert '{"' not in text and "{'" not in text and "$ref" not in text, text
     assert api.events_in_calendar() == []  # the card wrote nothing
+
+
+def _named_by_contacts(page: Page, api: ApiHarness) -> None:
+    """With the caller's contacts given to the previews (``Runs.people``, as ``build_services``
+    wires ``Chat.people`` in), Bob is named: "Bob: busy …", "your and Bob's calendars"."""
+    runs = api.services.runs
+    before = runs.people
+    runs.people = before or (lambda user: api.services.chat.people(user).known)
+    try:
+        _ask(
+            page, "schedule a 30 minute meeting with Alice and Bob tomorrow afternoon called Named"
+        )
+        page.wait_for_function("document.querySelectorAll('section.card ul.reads').length >= 2")
+        card = page.locator("section.card").last
+        lines = card.locator("ul.reads li.busy .line").all_inner_texts()
+        assert "Bob: busy 14:00–14:45" in lines and "You: free the whole time" in lines, lines
+        writes = card.locator("ul.writes li").all_inner_texts()
+        assert writes[0].startswith("Create the event “Named” in your and Bob's calendars"), writes
+        assert writes[1].startswith("Mail you and Bob “Named”"), writes
+    finally:
+        runs.people = before
 
 
 def test_a_stale_card_shows_old_to_new_in_the_persons_clock(
