@@ -328,3 +328,42 @@ def test_people_the_contacts_do_not_know_are_named_by_address_beside_you(
     assert shown["writes"][0]["text"].startswith(
         "Create the event “Quarterly sync” in your calendar and the calendar of bob@example.com"
     )
+
+
+_ARG = st.one_of(
+    _JSON,
+    st.just({"$ref": "gates.gate-A.choice.item"}),
+    st.just({"$ref": "steps.3.output"}),
+    st.sampled_from(["bob@example.com", "2026-11-25T14:30:00Z", "15.00"]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_any_args_of_any_write_op_read_as_a_sentence(
+    registry: Registry, data: st.DataObject
+) -> None:
+    ops = sorted(
+        (cid, name, op)
+        for cid, conn in registry.connectors.items()
+        for name, op in conn.ops.items()
+        if op.safety == "write"
+    )
+    cid, name, op = data.draw(st.sampled_from(ops))
+    names = [*op.args.required, *op.args.optional]
+    args = data.draw(st.fixed_dictionaries({}, optional={n: _ARG for n in names}))
+    step = {"step": 1, "uses": cid, "call": name, "args": args, "gate_id": None}
+    [write] = shown_writes(
+        {"intent": {"intent": "purchase_item"}, "graph": [step]}, registry, PEOPLE
+    )
+    assert write["steps"] == [1] and write["text"]
+    assert "$ref" not in write["text"] and "{'" not in write["text"] and '{"' not in write["text"]
+
+
+def test_an_invitation_with_the_event_says_it_is_attached(registry: Registry) -> None:
+    plan = _usecase("meeting")
+    for s in plan["graph"]:
+        if s["call"] == "send":
+            s["args"]["event"] = {"uid": "u-1", "title": "Quarterly sync"}
+    mail = shown_writes(plan, registry, PEOPLE)[1]["text"]
+    assert "with the event attached, for their calendar" in mail and "{" not in mail

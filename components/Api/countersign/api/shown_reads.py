@@ -36,8 +36,10 @@ Item = dict[str, Any]
 # ---- people, references, values -----------------------------------------------------------------
 def person(value: Any, people: Sequence[Contact]) -> str:
     """A person as the page names them: the contact's name when one has that address (or
-    name), else the address as given."""
-    said = str(value)
+    name), else the address as given (anything but a string: in words)."""
+    if not isinstance(value, str):
+        return readable(value, people)
+    said = value
     for c in people:
         if said.lower() in (c.email.lower(), c.name.lower()):
             return c.name
@@ -414,7 +416,8 @@ def _event_sentence(group: Sequence[Step], people: Sequence[Contact], title: str
     args = group[0].get("args", {})
     owners = [person(s.get("args", {}).get("user", "?"), people) for s in group]
     at, start, end = _when(args)
-    guests = [person(a, people) for a in args.get("attendees") or []]
+    invited = args.get("attendees") or []
+    guests = [person(a, people) for a in (invited if isinstance(invited, list) else [invited])]
     text = f"Create the event “{readable(args.get('title', ''))}” in {_whose(owners, 'calendar')}"
     text += at + (f", with {_joined(guests)} invited" if guests else "") + f" ({title})"
     return {"text": text, "start": start, "end": end}
@@ -426,6 +429,8 @@ def _mail_sentence(group: Sequence[Step], people: Sequence[Contact], title: str)
     text = f"Mail {to} “{readable(args.get('subject', ''))}”: {readable(args.get('body', ''))}"
     if "details" in args:
         text += f" — with the details of {readable(args['details'])}"
+    if args.get("event"):
+        text += " — with the event attached, for their calendar"
     return {"text": f"{text} ({title})", "start": None, "end": None}
 
 
@@ -462,9 +467,9 @@ def _group_key(step: Step) -> tuple[Any, ...]:
     each attendee's calendar (its uid), the same mail to each attendee."""
     args = step.get("args", {})
     if {"title", "start", "end"} <= set(args):
-        return ("event", step.get("uses"), args.get("uid") or args.get("title"))
+        return ("event", step.get("uses"), str(args.get("uid") or args.get("title")))
     if {"to", "subject"} <= set(args):
-        return ("mail", step.get("uses"), args.get("subject"), str(args.get("body")))
+        return ("mail", step.get("uses"), str(args.get("subject")), str(args.get("body")))
     return ("one", step.get("step"))
 
 
