@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from countersign.approvals import ApprovalError, GateDecidedError
-from countersign.execute import ExecuteRefusedError, StaleWorldError
+from countersign.execute import ExecuteRefusedError, PolicyRefusedError, StaleWorldError
 from countersign.kernel import (
     CountersignError,
     DocumentError,
@@ -71,6 +71,7 @@ _STATUS: list[tuple[type[CountersignError], int]] = [
     (PlanCancelledError, 409),
     (PlanFinishedError, 409),
     (DurableUpdateError, 409),
+    (PolicyRefusedError, 403),
     (ExecuteRefusedError, 409),
     (StaleWorldError, 409),
     (OverBudgetError, 409),

@@ -170,6 +170,7 @@ def _base(
         credentials=credentials,
         clock=clock,
         plan_writer=writer,
+        policy=policy,
     )
     intake = Intake(registry, threshold=policy.intake_threshold)
     return _Base(

@@ -9,7 +9,7 @@ from .core import (
     writes_before_gate,
 )
 from .orchestrator import DurableStarter, ExecuteStores, Executor
-from .state import ExecuteRefusedError, ExecuteReport
+from .state import ExecuteRefusedError, ExecuteReport, PolicyRefusedError
 
 __all__ = [
     "Change",
@@ -18,6 +18,7 @@ __all__ = [
     "ExecuteReport",
     "ExecuteStores",
     "Executor",
+    "PolicyRefusedError",
     "StaleWorldError",
     "WriteSpec",
     "stale_changes",

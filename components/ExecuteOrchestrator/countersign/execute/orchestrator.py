@@ -26,7 +26,7 @@ from ulid import ULID
 
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
-from countersign.kernel import Plan, SignedPlan
+from countersign.kernel import Plan, Policy, SignedPlan
 from countersign.n8n.executions import RecordScan
 from countersign.planwriter import PlanWriter
 from countersign.registry import Registry
@@ -47,6 +47,7 @@ from countersign.workflowbuilder import CredentialRef
 
 from .checks import GateChecks
 from .core import WriteSpec, write_specs
+from .policy import check_policy
 from .reconcile import Reconciler
 from .state import (
     ExecuteRefusedError,
@@ -118,6 +119,9 @@ class Executor:
     locks: ResourceLocks | None = None
     #: how long a gate's writes wait for a resource another plan is writing to
     lock_wait_s: float = 15.0
+    #: the policy in force: its gate rules are evaluated again on each write's arguments as
+    #: sent (``execute.policy``); None: no rule is checked here (the plan's gates stand)
+    policy: Policy | None = None
 
     def __post_init__(self) -> None:
         stores = self.stores or ExecuteStores.over(self.db, clock=self.clock)
@@ -413,6 +417,7 @@ class Executor:
         execute ends here (failed); None when the writes completed."""
         plan, user_id = run.plan, run.user_id
         self._within_budget(run, gate)
+        self._policy_allows(run, gate, g_specs, choice)
         checks = self._checks()
         run.choices[gate] = checks.checked_choice(
             plan, gate, run.outputs, choice, user_id, now=None
@@ -440,6 +445,33 @@ class Executor:
                 plan.plan_id, gate_step(plan, gate), "done", output={"choice": run.choices[gate]}
             )
             return await writer.run(run, g_specs, progress, prints)
+
+    def _policy_allows(self, run: Run, gate: str, g_specs: list[WriteSpec], choice: Any) -> None:
+        """The gate rules again on the writes' arguments (``execute.policy``; audited)."""
+        if self.policy is None:
+            return
+
+        def refused(reason: str, step: int, op: str) -> None:
+            self._audit(
+                kind="execute_refused",
+                status="refused",
+                actor=run.user_id,
+                plan_id=run.plan.plan_id,
+                step=step,
+                op=op,
+                reason="policy_refused",
+                details={"why": reason[:300]},
+            )
+
+        check_policy(
+            run.plan,
+            gate,
+            [w.step for w in g_specs],
+            run.outputs,
+            {**run.choices, gate: choice},
+            policy=self.policy,
+            refused=refused,
+        )
 
     def _within_budget(self, run: Run, gate: str) -> None:
         """``check_budget`` with what earlier writes reported; a refusal is audited."""

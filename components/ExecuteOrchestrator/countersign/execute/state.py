@@ -17,6 +17,7 @@ __all__ = [
     "Done",
     "ExecuteRefusedError",
     "ExecuteReport",
+    "PolicyRefusedError",
     "Progress",
     "Run",
     "ancestors_of",
@@ -37,6 +38,14 @@ class ExecuteRefusedError(CountersignError):
     """The execute cannot start (wrong user, missing token, no preview, durable steps, …)."""
 
     code = "execute_refused"
+
+
+class PolicyRefusedError(ExecuteRefusedError):
+    """The policy's gate rules, evaluated again on the arguments as sent, refuse a write: a rule
+    denies it, or gates it and the write's gate does not name that rule (the plan was made under
+    other rules): nothing of the gate is written; plan again."""
+
+    code = "policy_refused"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from .errors import (
 )
 from .ids import ascii_digits, derived_ulid, parse_ulid
 from .models import (
+    DEFAULT_RULES,
     MAX_SAFE_INT,
     ApprovalToken,
     Contract,
@@ -47,14 +48,17 @@ from .models import (
     format_utc,
     parse_contract,
 )
+from .rules import ArgTest, GateRule, RuleHit, rule_hits
 from .schemas import schema_snapshot
 from .settings import Settings, source_registry_dir
 from .urls import url_refusal
 
 __all__ = [
+    "DEFAULT_RULES",
     "MAX_DEPTH",
     "MAX_SAFE_INT",
     "ApprovalToken",
+    "ArgTest",
     "BadSignatureError",
     "BindingError",
     "Clock",
@@ -66,6 +70,7 @@ __all__ = [
     "Evidence",
     "ExecuteResult",
     "ExecuteWrapper",
+    "GateRule",
     "HashMismatchError",
     "InputError",
     "Intent",
@@ -83,6 +88,7 @@ __all__ = [
     "PreviewWrapper",
     "RegistryFileError",
     "RetrievalWeights",
+    "RuleHit",
     "Settings",
     "SignatureEnvelope",
     "SignatureError",
@@ -101,6 +107,7 @@ __all__ = [
     "loads_yaml_strict",
     "parse_contract",
     "parse_ulid",
+    "rule_hits",
     "schema_snapshot",
     "sha256_hex",
     "source_registry_dir",

@@ -31,6 +31,7 @@ from pydantic import (
 from .canonical import canonical_bytes, content_hash
 from .errors import ContractError
 from .ids import parse_ulid
+from .rules import GateRule
 
 __all__ = [
     "MAX_SAFE_INT",
@@ -458,6 +459,51 @@ class RetrievalWeights(Contract):
 _DEFAULT_INTAKE_THRESHOLD = 0.5
 
 
+#: the rules a policy has unless it says otherwise (a person reads them on every gate)
+DEFAULT_RULES: tuple[GateRule, ...] = tuple(
+    GateRule.model_validate(r)
+    for r in (
+        {
+            "id": "calendar-write",
+            "op": "*.create_event",
+            "then": "gate",
+            "because": "it puts an event in a calendar",
+        },
+        {
+            "id": "mail-send",
+            "op": "*.send",
+            "then": "gate",
+            "because": "it sends mail in your name",
+        },
+        {
+            "id": "cart-change",
+            "op": "*.add_to_cart",
+            "then": "gate",
+            "because": "it changes your cart",
+        },
+        {
+            "id": "purchase",
+            "op": "*.purchase",
+            "then": "gate",
+            "because": "it buys: the total is shown before you approve",
+        },
+        {
+            "id": "purchase-over-100",
+            "op": "*.purchase",
+            "where": {"max_total": {"gt": 100}},
+            "then": "gate",
+            "because": "a purchase over 100",
+        },
+        {
+            "id": "appointment",
+            "op": "visa.*",
+            "then": "gate",
+            "because": "it holds or books an appointment in your name",
+        },
+    )
+)
+
+
 class Policy(Contract):
     """Configuration that shapes plans (vC). Its content hash is ``version``."""
 
@@ -493,10 +539,13 @@ class Policy(Contract):
     #: service (``kernel.urls``; e.g. a provider really served on 169.254.x.y). Left out of the
     #: signed form while empty, so policies that do not set it keep their version.
     allow_hosts: tuple[str, ...] = Field(default=(), max_length=32)
+    #: gate rules (``kernel.rules``): why a write is gated, or that it never runs; the Planner
+    #: puts each matching rule on the write's gate, the executors check them again
+    rules: tuple[GateRule, ...] = Field(default_factory=lambda: DEFAULT_RULES, max_length=64)
 
     def to_json(self) -> dict[str, Any]:
         """The signed form (``card_url`` only when set, ``retrieval``, ``intake_threshold`` and
-        ``allow_hosts`` only when not default)."""
+        ``allow_hosts`` only when not default; each rule's tests only with the field they set)."""
         out = self.model_dump(mode="json")
         if out.get("card_url") is None:
             out.pop("card_url", None)
@@ -506,6 +555,8 @@ class Policy(Contract):
             out.pop("intake_threshold", None)
         if not self.allow_hosts:
             out.pop("allow_hosts", None)
+        # a rule's tests as written: only the field each test sets
+        out["rules"] = [r.model_dump(mode="json", exclude_none=True) for r in self.rules]
         return out
 
     @cached_property

@@ -8,7 +8,8 @@ and in ONE transaction, under a per-plan advisory lock:
    (``record_history``, keyed ``(plan_id, step, key)``) and one ``outcomes`` row keyed
    ``(plan_id, step)`` — inserted only if absent;
 2. the plan's library row: text and embedding refreshed, ``success_count`` / ``failure_count``
-   recounted from its ``outcomes`` rows, ``last_used_at`` = when it finished.
+   the plan's one run read from its ``outcomes`` rows (1/0 none failed, 0/1 a step failed),
+   ``last_used_at`` = when it finished.
 
 A replay (the same call again, a retried activity, a crash between steps) inserts nothing new and
 recounts the same numbers, so it changes nothing (tests: ``test_planwriter_idempotency.py``).

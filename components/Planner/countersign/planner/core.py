@@ -11,7 +11,10 @@ Steps (Planner LLD §1–4):
    ``when`` drops a step whose entity is absent, ``@capability`` picks the Policy's provider);
 3. group writes and insert one gate (``system.approval.confirm``) before each write group;
 4. order the DAG topologically (stable), number the steps, resolve ``$ref`` and ``$step``
-   placeholders, label ``dry_run``, compute scopes and TTL.
+   placeholders, label ``dry_run``, compute scopes and TTL;
+5. the policy's gate rules (``kernel.rules``): each gate says ``because`` — every ``gate`` rule a
+   write it guards matches (a reference counts as a match) — and a write a ``deny`` rule
+   matches on known values is no plan (``PlanningError`` naming the rule).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from countersign.kernel import (
     canonical_bytes,
     content_hash,
     derived_ulid,
+    rule_hits,
     sha256_hex,
 )
 from countersign.registry import IntentSpec, Operation, Registry, StepTemplate
@@ -106,7 +110,9 @@ def make_plan(
     plan_id = derived_ulid(intent.received_at, sha256_hex(canonical_bytes(inputs)).encode())
     protos = _expand(spec, intent, entities, registry, policy, plan_id)
     ordered = _toposort(_insert_gates(protos, policy, registry))
-    graph = _number(ordered, plan_id, spec.name)
+    numbered = _number(ordered, plan_id, spec.name)
+    writes_at = {s.step for s, p in zip(numbered, ordered, strict=True) if p.op.safety == "write"}
+    graph = _with_reasons(numbered, writes_at, policy)
     _check_offered_ranges(graph, registry, intent)
     writes = [p for p in ordered if p.op.safety == "write"]
     scopes = sorted({s for p in writes for s in p.op.scopes})
@@ -426,6 +432,51 @@ def _number(ordered: list[_Proto], plan_id: str, intent: str) -> list[PlanStep]:
     return graph
 
 
+# ---- policy rules -----------------------------------------------------------------------------
+def _with_reasons(graph: list[PlanStep], writes: set[int], policy: Policy) -> list[PlanStep]:
+    """Each gate's ``because``: the policy's ``gate`` rules the writes it guards match, in the
+    policy's order, each with the steps it is about; a write a ``deny`` rule matches refuses."""
+    gates = {s.step: s for s in graph if s.gate_id}
+    reasons: dict[int, dict[str, dict[str, Any]]] = {g: {} for g in gates}
+    for s in graph:
+        if s.step not in writes:
+            continue
+        guard = _guard_of(s, graph, gates)
+        for hit in rule_hits(policy.rules, f"{s.uses}.{s.call}", s.args):
+            if hit.then == "deny" and hit.sure:
+                raise PlanningError(
+                    f"policy rule {hit.rule!r} forbids step {s.step} ({s.uses}.{s.call}): "
+                    f"{hit.because}"
+                )
+            if hit.then == "gate" and guard is not None:
+                entry = reasons[guard].setdefault(
+                    hit.rule, {"rule": hit.rule, "because": hit.because, "steps": []}
+                )
+                entry["steps"].append(s.step)
+    order = {r.id: i for i, r in enumerate(policy.rules)}
+    out = []
+    for s in graph:
+        found = sorted(reasons.get(s.step, {}).values(), key=lambda e: order[e["rule"]])
+        out.append(s.model_copy(update={"args": {**s.args, "because": found}}) if found else s)
+    return out
+
+
+def _guard_of(s: PlanStep, graph: list[PlanStep], gates: Mapping[int, PlanStep]) -> int | None:
+    """The nearest gate among the step's ancestors (the one that guards it)."""
+    by = {x.step: x for x in graph}
+    todo, seen = list(s.after), set[int]()
+    while todo:
+        n = max(todo)  # the nearest first: steps are numbered in DAG order
+        todo.remove(n)
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in gates:
+            return n
+        todo.extend(by[n].after)
+    return None
+
+
 # ---- references -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _RefContext:
@@ -442,6 +493,8 @@ class _RefContext:
 def _resolve_refs(v: Any, ctx: _RefContext) -> Any:
     if isinstance(v, str) and v == "$step.uid":
         return f"{ctx.plan_id.lower()}-{ctx.uid_step}"
+    if isinstance(v, str) and v.startswith("$steps.") and v.endswith(".uid"):
+        return _other_uid(v, ctx)
     if isinstance(v, dict):
         if set(v) == {"$ref"} and isinstance(v["$ref"], str):
             return _ref(v["$ref"], ctx)
@@ -449,6 +502,18 @@ def _resolve_refs(v: Any, ctx: _RefContext) -> Any:
     if isinstance(v, list):
         return [_resolve_refs(x, ctx) for x in v]
     return v
+
+
+def _other_uid(v: str, ctx: _RefContext) -> str:
+    """``$steps.<template>.uid``: the ``$step.uid`` of an earlier template this step depends on
+    (an invitation names the event the create steps wrote)."""
+    tid = v.removeprefix("$steps.").removesuffix(".uid")
+    keys = ctx.by_template.get(tid)
+    if keys is None:
+        raise PlanningError(f"{ctx.where}: {v!r} names no step template")
+    if not set(keys) <= ctx.ancestors:
+        raise PlanningError(f"{ctx.where}: {v!r} is not a step this one runs after")
+    return f"{ctx.plan_id.lower()}-{ctx.number[keys[0]]}"
 
 
 def _ref(ref: str, ctx: _RefContext) -> Any:

@@ -81,7 +81,8 @@ function later(doc, g) {
     el("legend", {}, `${g.gate_id} (later)`),
     el("p", { class: "meta" }, before && !doc.plan.graph.some((s) => s.role === "Watcher")
       ? `After ${before}: you will see what was done and decide ${g.gate_id}.`
-      : `When the watcher finds something, you choose from it and decide ${g.gate_id}.`));
+      : `When the watcher finds something, you choose from it and decide ${g.gate_id}.`),
+    becauseOf(g) || "");
 }
 
 async function openGate(planId, gateId) {
@@ -203,10 +204,20 @@ function focusGate(fs) {
   if (target) target.focus();
 }
 
+function becauseOf(g) {
+  // why the policy puts this gate here (its rules, signed in the plan: GLOBAL_SPEC §9)
+  const because = Array.isArray(g.args && g.args.because) ? g.args.because : [];
+  if (!because.length) return null;
+  return el("p", { class: "meta because" }, "Gate because: ",
+    because.map((b) => `${b.because} (step${b.steps.length > 1 ? "s" : ""} ${b.steps.join(", ")})`).join("; "), ".");
+}
+
 function gate(doc, g, reads) {
   const planId = doc.plan.plan_id;
   const options = [];
   const fs = el("fieldset", { "aria-label": `gate ${g.gate_id}`, "data-gate": g.gate_id }, el("legend", {}, `Approve ${g.gate_id}?`));
+  const why = becauseOf(g);
+  if (why) fs.append(why);
   const holder = el("div", { class: "choices" });
   fs.append(holder);
   const approve = el("button", { type: "button", onclick: async () => {

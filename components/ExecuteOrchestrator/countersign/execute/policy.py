@@ -1,0 +1,68 @@
+"""The policy's gate rules again, at the write (ExecuteOrchestrator SPEC 3d, GLOBAL_SPEC §9).
+
+The Planner put on each gate the ``gate`` rules its writes matched (``because``). Here, with the
+arguments as they will be sent (references resolved from what was read and chosen), each write is
+evaluated against the rules of the policy in force now: a ``deny`` rule refuses it; a ``gate``
+rule the write's gate does not name refuses it too (the plan was made under other rules, or its
+gate was not what the policy asks for). Refusals are audited (``execute_refused``, reason
+``policy_refused``) before anything of the gate is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from countersign.binding import resolve_refs
+from countersign.kernel import CountersignError, Plan, Policy, rule_hits
+
+from .state import PolicyRefusedError, gate_step
+
+__all__ = ["check_policy"]
+
+
+def _named(plan: Plan, gate: str) -> set[str]:
+    because = plan.step(gate_step(plan, gate)).args.get("because")
+    items = because if isinstance(because, list) else []
+    return {str(b.get("rule")) for b in items if isinstance(b, Mapping)}
+
+
+def _refusal(
+    plan: Plan, gate: str, step: int, op: str, args: Mapping[str, Any], policy: Policy
+) -> str | None:
+    """Why the write may not run under ``policy`` (None: it may)."""
+    named = _named(plan, gate)
+    for hit in rule_hits(policy.rules, op, args):
+        if hit.then == "deny" and hit.sure:
+            return f"rule {hit.rule!r} denies step {step} ({op}): {hit.because}"
+        if hit.then == "gate" and hit.rule not in named:
+            return (
+                f"rule {hit.rule!r} gates step {step} ({op}) because {hit.because}, and {gate} "
+                "does not say so (the plan was made under other rules): plan again"
+            )
+    return None
+
+
+def check_policy(
+    plan: Plan,
+    gate: str,
+    steps: Iterable[int],
+    outputs: Mapping[int, Any],
+    choices: Mapping[str, Any],
+    *,
+    policy: Policy,
+    refused: Callable[[str, int, str], None],
+) -> None:
+    """Refuse (``PolicyRefusedError``, after ``refused(reason, step, op)`` audits it) the first
+    write of ``steps`` the policy denies or gates without its gate naming the rule."""
+    for n in steps:
+        s = plan.step(n)
+        op = f"{s.uses}.{s.call}"
+        try:
+            args = resolve_refs(s.args, outputs, choices)
+        except CountersignError:
+            args = dict(s.args)  # what cannot be resolved yet stays a reference: unknown
+        why = _refusal(plan, gate, n, op, args if isinstance(args, Mapping) else {}, policy)
+        if why is not None:
+            refused(why, n, op)
+            raise PolicyRefusedError(f"plan {plan.plan_id}: {why}")
