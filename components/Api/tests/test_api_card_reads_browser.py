@@ -98,6 +98,14 @@ def test_the_card_says_whose_calendar_is_busy_when_in_the_persons_clock(
     text = _mine(page)
     assert '{"' not in text and "{'" not in text and "$ref" not in text, text
     assert api.events_in_calendar() == []  # the card wrote nothing
+    # the card at its own URL (GET /v1/plans/{id} carries shown too) says the same
+    plan_id = page.locator("section.card").first.get_attribute("data-plan")
+    with api.client(ALICE) as c:
+        body = c.get(f"/v1/plans/{plan_id}").json()
+    assert body["shown"]["writes"][0]["text"].startswith("Create the event “Sync” in your ")
+    page.goto(f"{api.base}/plans/{plan_id}")
+    page.wait_for_selector("section.card ul.reads li.busy")
+    assert any("busy 14:00–14:45" in t for t in page.locator("ul.reads .line").all_inner_texts())
 
 
 def _named_by_contacts(page: Page, api: ApiHarness) -> None:

@@ -11,6 +11,7 @@ from ..deps import Caller, Svc, Telemetry
 from ..models import ReplanRequest, ReviseRequest
 from ..responses import json_response
 from ..services.revisions import revision_tree
+from ..shown_reads import shown_plan
 
 __all__ = ["router"]
 
@@ -35,7 +36,10 @@ async def get_plan(plan_id: str, who: Caller, svc: Svc) -> Response:
     # one statement on the read pool: cheaper in the loop than a hop to a worker thread
     body = svc.views.show(plan_id, who.user_id)
     outputs = {s["step"]: s["output"] for s in body["steps"] if s.get("output") is not None}
-    body["shown"] = await svc.runs.shown(body["plan"], outputs, who.user_id)
+    # pure and without the contacts (no second statement): the card names people from its
+    # preview's ``shown``, this one is its fallback when no preview could run
+    registry = svc.runs.runtime.registry
+    body["shown"] = shown_plan(body["plan"], outputs, registry, me=who.user_id)
     return json_response(body)
 
 
