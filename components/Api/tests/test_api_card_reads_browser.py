@@ -212,7 +212,9 @@ def test_offers_read_as_a_table_and_a_moved_price_as_old_to_new_in_euros(
         [visa, {"shown": shown_plan(visa, found, registry, ())}],
     )
     read = page.locator("section.card.visa ul.reads li.times")
-    assert read.locator(".line").inner_text() == "Free appointments at Lisbon:"
+    assert read.locator(".line").inner_text() == (
+        "Free appointments at Lisbon (between Mon 1 Mar and Wed 31 Mar):"
+    )
     assert read.locator("ul li").all_inner_texts() == ["Sun 14 Mar, 10:00"]
     assert page.locator("section.card.visa ul.writes li").first.inner_text() == (
         "Book the appointment at Lisbon: the slot you pick below"

@@ -256,7 +256,7 @@ def test_writes_are_one_sentence_per_thing_done(registry: Registry) -> None:
     ]
     visa = [w["text"] for w in shown_writes(_usecase("visa"), registry, PEOPLE)]
     assert visa[0] == "Book the appointment at Lisbon: the slot you pick below"
-    assert "with the details of what step 3 returns" in visa[1]
+    assert "with the details of what step 3 returns (Book the chosen slot)" in visa[1]
     for name in ("meeting", "shopping", "visa", "parallel"):
         for w in shown_writes(_usecase(name), registry):
             assert "{" not in w["text"] and "$ref" not in w["text"], w

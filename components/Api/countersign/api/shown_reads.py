@@ -473,6 +473,16 @@ def _group_key(step: Step) -> tuple[Any, ...]:
     return ("one", step.get("step"))
 
 
+def _named_steps(text: str, plan: Mapping[str, Any], registry: Registry) -> str:
+    """ "what step 3 returns" → "what step 3 returns (Book the chosen slot)": the step named
+    by what its op does (the registry's description)."""
+    for step in plan.get("graph", []):
+        said = f"what step {step.get('step')} returns"
+        if said in text:
+            text = text.replace(said, f"{said} ({_op_title(step, registry)})")
+    return text
+
+
 def shown_writes(
     plan: Mapping[str, Any], registry: Registry, people: Sequence[Contact] = ()
 ) -> list[Item]:
@@ -492,6 +502,7 @@ def shown_writes(
             said = _event_sentence(group, people, title)
         elif key[0] == "mail":
             said = _mail_sentence(group, people, title)
+            said["text"] = _named_steps(said["text"], plan, registry)
         else:
             said = {
                 "text": _write_sentence(group[0], registry, people, currency),

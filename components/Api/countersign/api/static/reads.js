@@ -146,7 +146,8 @@ function readItem(item) {
     li.style.listStyle = "none";
     li.append(offersTable(item));
   } else if (item.kind === "times") {
-    li.append(el("span", { class: "line" }, item.times.length ? `${item.label}:` : item.line));
+    const w = item.window ? ` (between ${day(item.window.start)} and ${day(item.window.end)})` : "";
+    li.append(el("span", { class: "line" }, item.times.length ? `${item.label}${w}:` : `${item.line}${w}`));
     if (item.times.length) li.append(el("ul", {}, ...item.times.map((t) => el("li", {}, instant(t.at)))));
   } else if (item.kind === "fields" && item.rows.length) {
     li.append(el("span", { class: "line" }, `${item.label}:`), el("ul", {}, ...item.rows.map((r) => el("li", {}, `${r.field}: ${r.value}`))));
