@@ -58,6 +58,7 @@ function card(doc, preview, changes, understood) {
   } }, "Cancel plan");
   box.append(el("p", {}, stop));
   if (doc.workflow_id) box.append(temporalLink(doc.workflow_id));
+  revisionsOf(plan.plan_id, box).catch(() => {});
   return box;
 }
 
@@ -179,4 +180,23 @@ function follow(planId) {
   for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off", "gate_waiting", "watcher_polled"]) {
     src.addEventListener(kind, mark);
   }
+}
+
+// the revisions this plan belongs to (GET /v1/plans/{id}/revisions): a tree of links, this one
+// marked; opening another and changing it forks from there (an approval never carries over)
+async function revisionsOf(planId, box) {
+  const tree = await api("GET", `/v1/plans/${planId}/revisions`);
+  if (!tree.root || !tree.root.revisions.length) return;
+  const why = (n) => n.reason === "evidence_dropped" ? `without ${(n.dropped || []).join(", ") || "some evidence"}`
+    : n.changed.length ? `changed ${n.changed.join(", ").replaceAll("_", " ")}` : "first plan";
+  const item = (n) => {
+    const label = `${why(n)} · ${n.status}`;
+    const li = el("li", {}, n.current ? el("strong", { "aria-current": "page" }, `${label} (this plan)`)
+      : el("a", { href: `/plans/${n.plan_id}` }, label));
+    if (n.revisions.length) li.append(el("ul", {}, ...n.revisions.map(item)));
+    return li;
+  };
+  box.append(el("details", { class: "revisions" }, el("summary", {}, "Revisions of this plan"),
+    el("p", { class: "meta" }, "Open any of them to look again or change it from there; each is approved on its own."),
+    el("ul", {}, item(tree.root))));
 }
