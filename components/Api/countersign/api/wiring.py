@@ -144,6 +144,8 @@ def build_services(
         tz=tz,
         proposer=proposer,
     )
+    # the card names the people whose calendars were read by the caller's contacts
+    planning.runs.people = lambda user_id: chat.people(user_id).known
     return _services(base, planning, chat, registry_store)
 
 

@@ -7,7 +7,8 @@ function shown(value) {
     // a gate's choice, or what an earlier step finds (a watcher's slot)
     return String(value.$ref).startsWith("gates.") ? "(what you pick at the gate below)" : `(what step ${String(value.$ref).split(".")[1]} finds)`;
   }
-  return typeof value === "string" ? value : JSON.stringify(value);
+  // anything else in words (reads.js), never JSON: what a write returned, what a gate shows
+  return typeof value === "string" ? value : words(value);
 }
 
 function card(doc, preview, changes, understood) {
