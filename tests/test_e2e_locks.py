@@ -11,39 +11,17 @@ Counted at the providers: one event per attendee, one mail per attendee, per rou
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
 from threading import Barrier
 from typing import Any
 
 import httpx
 import pytest
 
-from countersign.api.testing import ALICE, BOB, ApiHarness
+from countersign.api.testing import ALICE, BOB, ApiHarness, meeting_body
 
 pytestmark = pytest.mark.slow
 
 ROUNDS = 5
-
-
-def _iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _meeting(day: int, title: str) -> dict[str, Any]:
-    start = datetime.now(UTC).replace(hour=13, minute=0, second=0, microsecond=0)
-    start += timedelta(days=day)
-    return {
-        "intent": {
-            "intent": "schedule_meeting",
-            "entities": {
-                "participants": [ALICE, BOB],
-                "duration_min": 30,
-                "title": title,
-                "window_start": _iso(start),
-                "window_end": _iso(start + timedelta(minutes=30)),  # room for one slot only
-            },
-        }
-    }
 
 
 def _approved(c: httpx.Client, body: dict[str, Any]) -> tuple[str, str]:
@@ -73,7 +51,9 @@ def test_two_plans_for_one_slot_executed_at_once_write_once(api: ApiHarness) -> 
         before = (len(api.radicale.events(ALICE)), len(api.radicale.events(BOB)))
         mails = len(api.smtp.messages)
         with api.client() as c:
-            plans = [_approved(c, _meeting(n + 1, f"Race {n} {who}")) for who in "ab"]
+            plans = [
+                _approved(c, meeting_body(f"Race {n} {who}", day=n + 1, hours=0.5)) for who in "ab"
+            ]
         with ThreadPoolExecutor(2) as pool:
             got = sorted(pool.map(_execute, [api] * 2, plans, [Barrier(2)] * 2))
         outcomes.append(got)

@@ -6,39 +6,20 @@ nothing written at either calendar or the mailbox."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from countersign.api.testing import ALICE, BOB, ApiHarness
+from countersign.api.testing import ALICE, BOB, ApiHarness, meeting_body
 from countersign.kernel import DEFAULT_RULES, GateRule, Policy
 
 pytestmark = pytest.mark.slow
 
 
-def _meeting() -> dict[str, Any]:
-    start = datetime.now(UTC).replace(hour=13, minute=0, second=0, microsecond=0)
-    start += timedelta(days=2)
-    return {
-        "intent": {
-            "intent": "schedule_meeting",
-            "entities": {
-                "participants": [ALICE, BOB],
-                "duration_min": 30,
-                "title": "Ruled",
-                "window_start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "window_end": (start + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            },
-        }
-    }
-
-
 def test_the_gate_says_why_and_a_stricter_policy_refuses_the_write(api: ApiHarness) -> None:
     runtime = api.services.runtime
     with api.client() as c:
-        r = c.post("/v1/intents", json=_meeting())
+        r = c.post("/v1/intents", json=meeting_body("Ruled", day=2, hours=3))
         assert r.status_code == 201, r.text
         plan_id = r.json()["plan_id"]
         gate = next(s for s in r.json()["plan"]["graph"] if s.get("gate_id") == "gate-A")

@@ -5,32 +5,14 @@ one revision never carries over to another (the token is bound to the plan hash)
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
-from countersign.api.testing import ALICE, BOB, ApiHarness
+from countersign.api.testing import ALICE, BOB, ApiHarness, meeting_body
 
 pytestmark = pytest.mark.slow
-
-
-def _meeting() -> dict[str, Any]:
-    start = datetime.now(UTC).replace(hour=13, minute=0, second=0, microsecond=0)
-    start += timedelta(days=3)
-    return {
-        "intent": {
-            "intent": "schedule_meeting",
-            "entities": {
-                "participants": [ALICE, BOB],
-                "duration_min": 30,
-                "title": "Tree",
-                "window_start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "window_end": (start + timedelta(hours=4)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            },
-        }
-    }
 
 
 def _revise(c: httpx.Client, plan_id: str, **entities: Any) -> str:
@@ -45,7 +27,7 @@ def _ids(node: dict[str, Any]) -> list[Any]:
 
 def test_the_tree_from_any_revision_with_reasons_and_forks(api: ApiHarness) -> None:
     with api.client() as c:
-        r = c.post("/v1/intents", json=_meeting())
+        r = c.post("/v1/intents", json=meeting_body("Tree", day=3))
         assert r.status_code == 201, r.text
         root = r.json()["plan_id"]
         first = _revise(c, root, duration_min=45)
@@ -71,7 +53,7 @@ def test_the_tree_from_any_revision_with_reasons_and_forks(api: ApiHarness) -> N
 
 def test_another_persons_tree_is_not_found(api: ApiHarness) -> None:
     with api.client() as c:
-        root = c.post("/v1/intents", json=_meeting()).json()["plan_id"]
+        root = c.post("/v1/intents", json=meeting_body("Tree", day=3)).json()["plan_id"]
         _revise(c, root, duration_min=45)
     with api.client(BOB) as other:
         r = other.get(f"/v1/plans/{root}/revisions")
@@ -81,7 +63,7 @@ def test_another_persons_tree_is_not_found(api: ApiHarness) -> None:
 
 def test_an_approval_never_carries_over_to_another_revision(api: ApiHarness) -> None:
     with api.client() as c:
-        root = c.post("/v1/intents", json=_meeting()).json()["plan_id"]
+        root = c.post("/v1/intents", json=meeting_body("Tree", day=3)).json()["plan_id"]
         assert c.post(f"/v1/plans/{root}/preview").status_code == 200
         child = _revise(c, root, duration_min=45)
         assert c.post(f"/v1/plans/{child}/preview").status_code == 200

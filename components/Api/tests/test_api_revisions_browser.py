@@ -5,7 +5,7 @@ link. Playwright with Debian's chromium."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,28 +14,11 @@ import pytest
 from playwright.sync_api import Browser
 
 from countersign.api import UserStore
-from countersign.api.testing import ALICE, BOB, ApiHarness, chromium
+from countersign.api.testing import ALICE, ApiHarness, chromium, meeting_body
 
 pytestmark = pytest.mark.slow
 
 SHOTS = Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
-
-
-def _meeting() -> dict[str, Any]:
-    start = datetime.now(UTC).replace(hour=13, minute=0, second=0, microsecond=0)
-    start += timedelta(days=3)
-    return {
-        "intent": {
-            "intent": "schedule_meeting",
-            "entities": {
-                "participants": [ALICE, BOB],
-                "duration_min": 30,
-                "title": "Tree",
-                "window_start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "window_end": (start + timedelta(hours=4)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            },
-        }
-    }
 
 
 def _revise(c: httpx.Client, plan_id: str, **entities: Any) -> str:
@@ -52,7 +35,7 @@ def browser() -> Iterator[Browser]:
 
 def test_a_revisions_card_links_its_tree(browser: Browser, api: ApiHarness) -> None:
     with api.client() as c:
-        root = c.post("/v1/intents", json=_meeting()).json()["plan_id"]
+        root = c.post("/v1/intents", json=meeting_body("Tree", day=3)).json()["plan_id"]
         child = _revise(c, root, duration_min=45)
         sibling = _revise(c, root, duration_min=60)
     page = browser.new_page()

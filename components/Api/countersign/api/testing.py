@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "api_smtp_credential",
     "chromium",
     "harness",
+    "meeting_body",
     "serve",
 ]
 
@@ -56,6 +57,27 @@ ALICE, BOB = "alice@example.com", "bob@example.com"
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 #: the contacts chat text may name in the tests: the sandbox's demo people (their calendars)
 SANDBOX_PEOPLE = tuple(Contact(name, email) for name, email in SANDBOX_CONTACTS)
+
+
+def meeting_body(
+    title: str, *, day: int = 1, hours: float = 4, minutes: int = 30, hour: int = 13
+) -> dict[str, Any]:
+    """``POST /v1/intents`` for a meeting of Alice and Bob ``day`` days from now, in a window of
+    ``hours`` from ``hour``:00 UTC."""
+    start = datetime.now(UTC).replace(hour=hour, minute=0, second=0, microsecond=0)
+    start += timedelta(days=day)
+    return {
+        "intent": {
+            "intent": "schedule_meeting",
+            "entities": {
+                "participants": [ALICE, BOB],
+                "duration_min": minutes,
+                "title": title,
+                "window_start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "window_end": (start + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        }
+    }
 
 
 #: Debian's chromium, headless and never reaching the network (as root it needs --no-sandbox)
