@@ -47,6 +47,7 @@ def _a_meeting_from_the_chat_page(login: str, api_port: int, mailbox: str) -> No
     with chromium() as browser:
         page = browser.new_page()
         page.goto(login)
+        page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
         page.wait_for_selector("text=signed in as local")
         assert page.request.get(f"http://127.0.0.1:{api_port}/v1/me").json()["user_id"] == "local"
         page.fill("#text", "schedule a meeting with Alice and Bob tomorrow afternoon")

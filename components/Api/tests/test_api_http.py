@@ -371,7 +371,10 @@ def test_login_link_sets_a_session_and_writes_need_csrf(api: Api) -> None:
     users = UserStore(api.db, clock=lambda: datetime.now(UTC))
     link = users.login_link(ALICE)
     with httpx.Client(base_url=api.base, timeout=30) as browser:
-        r = browser.get("/login", params={"token": link})
+        # the link's page spends nothing; its button POSTs the token (issue 26 §5)
+        assert browser.get("/login", params={"token": link}).status_code == 200
+        assert "set-cookie" not in browser.get("/login", params={"token": link}).headers
+        r = browser.post("/login", data={"token": link})
         assert r.status_code == 303 and r.headers["location"] == "/"
         cookie = r.headers.get_list("set-cookie")
         assert any(
@@ -387,7 +390,7 @@ def test_login_link_sets_a_session_and_writes_need_csrf(api: Api) -> None:
         )
         assert ok.status_code == 201, ok.text
         # a link works once
-        _problem(httpx.get(f"{api.base}/login", params={"token": link}), 401, "unauthenticated")
+        _problem(httpx.post(f"{api.base}/login", data={"token": link}), 401, "unauthenticated")
     # revoking the user ends the session
     users.revoke(ALICE)
     with httpx.Client(base_url=api.base, timeout=30) as c:

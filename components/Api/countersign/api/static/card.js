@@ -77,6 +77,7 @@ function closeCard(planId) {
     fs.disabled = true;
     fs.setAttribute("aria-disabled", "true");
   }
+  for (const b of box.querySelectorAll("button.cancel")) b.disabled = true;  // nothing left to stop
 }
 
 function when(start, end) {
@@ -98,10 +99,32 @@ async function lookAgain(doc, changes) {
   const box = card(doc, fresh, changes, understoodOf[planId]);
   if (old) old.replaceWith(box); else say("assistant", box);
   note(planId, "The world changed since you looked (above): this is a fresh preview; nothing was written. Approve again if it is still what you want.");
+  await resumeAt(planId, box);
   // the focus goes to the decision asked again: the gate's picked choice (or its first button),
   // once the gate has its choices — not to the first checkbox of the card (the evidence)
   const open = box.querySelector("fieldset[data-gate]:not([disabled])");
   if (open) { await open.ready; focusGate(open); }
+}
+
+async function resumeAt(planId, box) {
+  // a fresh card starts at the first gate; a plan stale at a later gate (shopping's gate-B)
+  // has passed the earlier ones: show the steps as they are and open the gate asked again
+  const now = await api("GET", `/v1/plans/${planId}`).catch(() => null);
+  if (!now) return;
+  for (const s of now.steps || []) {
+    const node = document.getElementById(`step-${planId}-${s.step}`);
+    if (node) node.dataset.status = s.status;
+  }
+  const gates = now.gates || [];
+  const next = gates.find((g) => g.status !== "passed");
+  if (!next || next === gates[0]) return;
+  for (const g of gates.filter((x) => x.status === "passed")) {
+    const fs = box.querySelector(`fieldset[data-gate="${g.gate_id}"]`);
+    if (fs) { fs.disabled = true; fs.setAttribute("aria-disabled", "true"); }
+  }
+  const spot = box.querySelector(`fieldset[data-gate="${next.gate_id}"]`);
+  if (spot && !spot.disabled) spot.disabled = true;  // openGate replaces a waiting (disabled) one
+  await openGate(planId, next.gate_id);
 }
 
 function temporalLink(workflowId) {

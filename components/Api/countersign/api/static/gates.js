@@ -8,7 +8,7 @@ function choices(doc, reads) {
   for (const out of Object.values(reads)) {
     if (out && Array.isArray(out.slots) && out.slots.length && out.slots[0].id) {
       // appointment slots a watcher found (visa): pick one by its id
-      return out.slots.map((s) => ({ label: s.at ? `${new Date(s.at).toLocaleString()} (${s.id})` : s.id, title: s.at || s.id, value: { slot: { id: s.id } } }));
+      return out.slots.map((s) => ({ label: s.at ? `${instant(s.at)} (${zone() || "your clock"})` : s.id, title: s.at ? `${s.at} (${s.id})` : s.id, value: { slot: { id: s.id } } }));
     }
     if (out && Array.isArray(out.slots)) {
       return out.slots.map((s) => {
