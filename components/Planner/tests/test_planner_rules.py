@@ -32,7 +32,7 @@ def test_every_gate_says_why_for_each_write_it_guards(registry: Registry, name: 
     writes = {s.step for s in plan.graph if registry.op(s.uses, s.call).safety == "write"}
     explained: set[int] = set()
     for g in (s for s in plan.graph if s.gate_id):
-        because = g.args.get("because")
+        because: Any = g.args.get("because")
         assert isinstance(because, list) and because, f"{name} {g.gate_id} says no reason"
         for b in because:
             assert b["because"] and b["rule"] in {r.id for r in DEFAULT_RULES}
@@ -51,7 +51,8 @@ def test_a_rule_on_a_later_value_is_on_the_gate(registry: Registry) -> None:
     strict = _rule(id="late", op="*.create_event", where={"start": {"matches": "*T22:*"}})
     plan = _plan(registry, "schedule_meeting", Policy(rules=(strict,)))
     (gate,) = [s for s in plan.graph if s.gate_id]
-    assert [b["rule"] for b in gate.args["because"]] == ["late"]
+    reasons: Any = gate.args["because"]
+    assert [b["rule"] for b in reasons] == ["late"]
 
 
 def test_no_rule_no_reason(registry: Registry) -> None:

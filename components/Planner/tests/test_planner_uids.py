@@ -4,6 +4,7 @@ after — a meeting's invitations carry the one UID the create steps write; anyt
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -22,8 +23,9 @@ def test_invitations_carry_the_uid_the_calendars_get(registry: Registry) -> None
     assert len(creates) == 2 and len(mails) == 2
     uid = creates[0].args["uid"]
     assert {s.args["uid"] for s in creates} == {uid}
-    assert all(m.args["event"]["uid"] == uid for m in mails)
-    assert all(m.args["event"]["start"] == {"$ref": "gates.gate-A.choice.start"} for m in mails)
+    events: list[Any] = [m.args["event"] for m in mails]
+    assert all(e["uid"] == uid for e in events)
+    assert all(e["start"] == {"$ref": "gates.gate-A.choice.start"} for e in events)
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,7 @@ def test_0006_reads_step_counts_as_one_run(pg_url: str) -> None:
             )
     db.upgrade()
     with db.tx() as c:
-        got = dict(
+        got: dict[str, str] = dict(
             c.execute(
                 text("SELECT plan_id, (success_count, failure_count)::text FROM plan_library")
             ).all()
