@@ -30,7 +30,7 @@ from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from countersign.api import UserStore
-from countersign.api.testing import ALICE, BOB, ApiHarness, chromium, harness
+from countersign.api.testing import ALICE, BOB, ApiHarness, chromium, harness, sign_in
 from countersign.durable import DurableActivities, connect, make_worker, payload_codec
 from countersign.durable.runtime import temporal_start, temporal_stop
 from countersign.kernel import system_clock
@@ -303,8 +303,7 @@ def stack(
 def _page(browser: Browser, api: ApiHarness) -> Page:
     link = UserStore(api.db, clock=lambda: datetime.now(UTC)).login_link(ALICE)
     page = browser.new_page()
-    page.goto(f"{api.base}/login?token={link}")
-    page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
+    sign_in(page, f"{api.base}/login?token={link}")
     _wait(page, "#text")
     return page
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from countersign.api import fold_events
-from countersign.api.testing import chromium
+from countersign.api.testing import chromium, sign_in
 from countersign.kernel.process import free_port
 from countersign.planner.testing import until
 
@@ -426,8 +426,7 @@ def test_shopping_two_gates_in_the_browser(stack: Stack) -> None:
     orders_before = len(stack.sandbox("shop")["orders"])
     with chromium() as browser:
         page = browser.new_page()
-        page.goto(stack.login)
-        page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
+        sign_in(page, stack.login)
         page.fill("#text", "buy 1 usb cable under 20 euros")
         page.press("#text", "Enter")
         page.wait_for_selector("section.card fieldset[data-gate=gate-A] input[type=radio]")
@@ -452,7 +451,7 @@ def test_visa_watcher_in_the_browser(stack: Stack) -> None:
         page = browser.new_page()
         login = stack.cli("login-link", "--port", stack.base.rsplit(":", 1)[1])
         assert login.returncode == 0, login.stderr
-        page.goto(login.stdout.strip().splitlines()[-1])
+        sign_in(page, login.stdout.strip().splitlines()[-1])
         page.fill("#text", "watch the paris consulate for a visa slot in april")
         page.press("#text", "Enter")
         page.wait_for_selector("fieldset[data-gate=gate-A][disabled]")
@@ -482,7 +481,7 @@ def test_a_watcher_that_holds_in_the_browser_then_a_rejection_releases_it(stack:
         page = browser.new_page()
         login = stack.cli("login-link", "--port", stack.base.rsplit(":", 1)[1])
         assert login.returncode == 0, login.stderr
-        page.goto(login.stdout.strip().splitlines()[-1])
+        sign_in(page, login.stdout.strip().splitlines()[-1])
         page.fill(
             "#text",
             "watch the rome consulate for a visa slot in may, hold it and mail me at "
@@ -520,7 +519,7 @@ def test_a_watcher_cancelled_from_its_card_ends_and_books_nothing(stack: Stack) 
     with chromium() as browser:
         page = browser.new_page()
         login = stack.cli("login-link", "--port", stack.base.rsplit(":", 1)[1])
-        page.goto(login.stdout.strip().splitlines()[-1])
+        sign_in(page, login.stdout.strip().splitlines()[-1])
         page.fill(
             "#text", "watch the madrid consulate for a visa slot in june, check every 5 minutes"
         )

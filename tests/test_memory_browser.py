@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from countersign.api import UserStore
-from countersign.api.testing import ALICE, ApiHarness, chromium
+from countersign.api.testing import ALICE, ApiHarness, chromium, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -26,8 +26,7 @@ def browser() -> Iterator[Browser]:
 def _signed_in(browser: Browser, api: ApiHarness, path: str) -> Page:
     link = UserStore(api.db, clock=lambda: datetime.now(UTC)).login_link(ALICE)
     page = browser.new_page()
-    page.goto(f"{api.base}/login?token={link}")
-    page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
+    sign_in(page, f"{api.base}/login?token={link}")
     page.wait_for_selector("#text")
     page.goto(f"{api.base}{path}")
     return page

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from countersign.api.testing import chromium
+from countersign.api.testing import chromium, sign_in
 from countersign.kernel.process import free_port, port_open
 
 pytestmark = pytest.mark.slow
@@ -46,8 +46,7 @@ def _a_meeting_from_the_chat_page(login: str, api_port: int, mailbox: str) -> No
     sandbox calendars; Approve runs the writes; the mail is in the sandbox mailbox."""
     with chromium() as browser:
         page = browser.new_page()
-        page.goto(login)
-        page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
+        sign_in(page, login)
         page.wait_for_selector("text=signed in as local")
         assert page.request.get(f"http://127.0.0.1:{api_port}/v1/me").json()["user_id"] == "local"
         page.fill("#text", "schedule a meeting with Alice and Bob tomorrow afternoon")

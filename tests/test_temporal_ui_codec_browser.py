@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from countersign.api import UserStore
-from countersign.api.testing import ALICE, BOB, ApiHarness, chromium, harness
+from countersign.api.testing import ALICE, BOB, ApiHarness, chromium, harness, sign_in
 from countersign.durable import EncryptionCodec, connect, payload_codec, start_watcher
 from countersign.durable.runtime import temporal_start, temporal_stop
 from countersign.durable.worker import watch_input_for
@@ -132,8 +132,7 @@ def _signed_in(browser: Browser, stack: UiStack, user: str) -> Page:
     """A browser page signed in to the API as ``user`` by a login link (the session cookie)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     link = UserStore(stack.api.db, clock=lambda: datetime.now(UTC)).login_link(user)
-    page.goto(f"{stack.api.base}/login?token={link}")
-    page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
+    sign_in(page, f"{stack.api.base}/login?token={link}")
     page.wait_for_selector("#text")
     return page
 

@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, Route
 
 from countersign.api import UserStore
-from countersign.api.testing import ALICE, BOB, ApiHarness, chromium, harness
+from countersign.api.testing import ALICE, BOB, ApiHarness, chromium, harness, sign_in
 from countersign.n8n import N8nHandle
 from countersign.registry import Registry
 from countersign.sandbox import Radicale, SmtpSink
@@ -69,8 +69,7 @@ def shop_api(
 def _signed_in(browser: Browser, api: ApiHarness, width: int = 1000) -> Page:
     link = UserStore(api.db, clock=lambda: datetime.now(UTC)).login_link(ALICE)
     page = browser.new_page(viewport={"width": width, "height": 900})
-    page.goto(f"{api.base}/login?token={link}")
-    page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
+    sign_in(page, f"{api.base}/login?token={link}")
     page.wait_for_selector("#text")
     return page
 

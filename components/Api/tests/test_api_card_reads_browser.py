@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Page
 
 from countersign.api import UserStore
 from countersign.api.shown_reads import shown_plan
-from countersign.api.testing import ALICE, BOB, ApiHarness, chromium
+from countersign.api.testing import ALICE, BOB, ApiHarness, chromium, sign_in
 from countersign.execute.core import Change
 from countersign.registry import Registry
 
@@ -40,8 +40,7 @@ def browser() -> Iterator[Browser]:
 def _signed_in(browser: Browser, api: ApiHarness, user: str) -> Page:
     link = UserStore(api.db, clock=lambda: datetime.now(UTC)).login_link(user)
     page = browser.new_context(timezone_id="Europe/Berlin", locale="en-GB").new_page()
-    page.goto(f"{api.base}/login?token={link}")
-    page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
+    sign_in(page, f"{api.base}/login?token={link}")
     page.wait_for_selector("#text")
     return page
 

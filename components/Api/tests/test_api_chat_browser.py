@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from countersign.api import UserStore
-from countersign.api.testing import ALICE, BOB, ApiHarness, chromium
+from countersign.api.testing import ALICE, BOB, ApiHarness, chromium, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +31,7 @@ def browser() -> Iterator[Browser]:
 def _signed_in(browser: Browser, api: ApiHarness, user: str) -> Page:
     link = UserStore(api.db, clock=lambda: datetime.now(UTC)).login_link(user)
     page = browser.new_page()
-    page.goto(f"{api.base}/login?token={link}")
-    page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
+    sign_in(page, f"{api.base}/login?token={link}")
     page.wait_for_selector("#text")
     return page
 

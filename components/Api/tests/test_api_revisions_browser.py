@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from countersign.api import UserStore
-from countersign.api.testing import ALICE, ApiHarness, chromium, meeting_body
+from countersign.api.testing import ALICE, ApiHarness, chromium, meeting_body, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +40,7 @@ def test_a_revisions_card_links_its_tree(browser: Browser, api: ApiHarness) -> N
         sibling = _revise(c, root, duration_min=60)
     page = browser.new_page()
     link = UserStore(api.db, clock=lambda: datetime.now(UTC)).login_link(ALICE)
-    page.goto(f"{api.base}/login?token={link}")
-    page.get_by_role("button", name="Sign in").click()  # the link's page: a GET spends nothing
+    sign_in(page, f"{api.base}/login?token={link}")
     page.wait_for_selector("#text")
     page.goto(f"{api.base}/plans/{child}")
     page.wait_for_selector("details.revisions")

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from countersign.audit import AuditLog
 from countersign.intake import Contact
@@ -51,6 +51,7 @@ __all__ = [
     "harness",
     "meeting_body",
     "serve",
+    "sign_in",
 ]
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
@@ -78,6 +79,14 @@ def meeting_body(
             },
         }
     }
+
+
+def sign_in(page: Page, link: str) -> None:
+    """Open a one-time login link in ``page`` and press its Sign in button (the link's GET spends
+    nothing); returns when the chat page has loaded, its scripts run."""
+    page.goto(link)
+    with page.expect_navigation(wait_until="load"):
+        page.get_by_role("button", name="Sign in").click()
 
 
 #: Debian's chromium, headless and never reaching the network (as root it needs --no-sandbox)
