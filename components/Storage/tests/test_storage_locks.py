@@ -12,6 +12,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from countersign.storage import Database, ResourceBusyError, ResourceLocks
 
@@ -151,3 +152,14 @@ def test_any_key_sets_never_overlap_on_a_shared_key_and_never_deadlock(
         await asyncio.gather(*(one(i, ks) for i, ks in enumerate(sets)))
 
     asyncio.run(main())
+
+
+def test_a_pooled_connection_does_not_keep_the_lease_timeout(db: Database) -> None:
+    async def main() -> None:
+        async with ResourceLocks(db).hold(["calendar:pool"]):
+            pass
+
+    for _ in range(3):
+        asyncio.run(main())
+    with db.tx() as c:
+        assert c.execute(text("SHOW idle_session_timeout")).scalar_one() == "0"

@@ -61,6 +61,9 @@ class ResourceLocks:
             finally:
                 self._release(conn, wanted)
         finally:
+            # the connection goes back to the pool: it must not keep the lease's timeout
+            with contextlib.suppress(DBAPIError):
+                conn.execute(text("RESET idle_session_timeout"))
             conn.close()
 
     def _connect(self) -> Connection:
