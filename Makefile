@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install up test browser lint typecheck lockfiles unit fast bench goldens clean
+.PHONY: install up test browser redis lint typecheck lockfiles unit fast bench goldens clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,7 +19,7 @@ up: install
 	$(BIN)/countersign up
 
 ## Installs, then runs every check CI runs: lint, types, all tests.
-test: install browser lint typecheck lockfiles unit
+test: install browser redis lint typecheck lockfiles unit
 
 lint:
 	$(BIN)/ruff check .
@@ -32,6 +32,11 @@ typecheck:
 browser:
 	@command -v chromium >/dev/null 2>&1 || { echo "installing Debian's chromium for the browser tests ..."; \
 	  apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q chromium; }; }
+
+## Debian's redis-server for n8n's queue mode (COUNTERSIGN_N8N_WORKERS > 0; its tests).
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { echo "installing Debian's redis-server for n8n's queue mode ..."; \
+	  apt-get install -y -q redis-server >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q redis-server; }; }
 
 ## Fast guard (seconds): npm ci --dry-run on a copy of every deploy/*/package*.json.
 lockfiles:

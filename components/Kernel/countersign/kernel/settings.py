@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     #: is ~2.5x faster per execution (BENCHMARKS.md) and acceptable only because no person text
     #: ever reaches an expression (WorkflowBuilder SPEC; tested).
     n8n_expression_engine: Literal["vm", "legacy"] = "vm"
+    #: n8n's queue mode: 0 = one n8n process on SQLite (the default); N > 0 = a main process that
+    #: takes the webhooks, N worker processes that run the executions, Redis (Debian's
+    #: ``redis-server``) between them and n8n's data in a database ``n8n`` on Countersign's
+    #: PostgreSQL (N8nRuntime LLD, queue mode).
+    n8n_workers: int = Field(default=0, ge=0, le=16)
     #: Deployment settings connectors read as ``{@name}`` (base URLs, sender address, SMTP host),
     #: e.g. ``COUNTERSIGN_CONNECTOR_SETTINGS='{"caldav_base_url": "http://127.0.0.1:5232"}'``.
     connector_settings: dict[str, str] = Field(default_factory=dict)

@@ -10,12 +10,12 @@ import typer
 
 from countersign.kernel import CountersignError, Settings
 
+from .queue import start_configured
 from .runtime import (
     check_lockfiles,
     deploy_fingerprints,
     install,
     installed_fingerprints,
-    start,
     status,
     stop,
 )
@@ -82,19 +82,15 @@ def cache_stale_cmd() -> None:
 
 @app.command("up")
 def up_cmd() -> None:
-    """Install if needed, start n8n in the background, bootstrap API access."""
+    """Install if needed, start n8n in the background, bootstrap API access (queue mode with
+    COUNTERSIGN_N8N_WORKERS > 0 and DATABASE_URL)."""
     settings = Settings()
     data = settings.home / "n8n"
     if status(data).get("healthy"):
         typer.echo(json.dumps(status(data)))
         return
     try:
-        handle = start(
-            install(settings.cache_dir),
-            data,
-            port=settings.n8n_port,
-            extra_env={"N8N_EXPRESSION_ENGINE": settings.n8n_expression_engine},
-        )
+        handle = start_configured(settings, data)
     except CountersignError as e:
         _fail(e)
     typer.echo(json.dumps({"running": True, "pid": handle.pid, "base_url": handle.base_url}))

@@ -51,6 +51,7 @@ __all__ = [
     "install",
     "install_toolchain",
     "installed_fingerprints",
+    "process_env",
     "start",
     "status",
     "stop",
@@ -363,7 +364,8 @@ def _secret_file(path: Path, make: Callable[[], str]) -> str:
     return value
 
 
-def _env(inst: N8nInstall, data_dir: Path, port: int, key: str) -> dict[str, str]:
+def process_env(inst: N8nInstall, data_dir: Path, port: int, key: str) -> dict[str, str]:
+    """The environment an n8n process (main or queue worker) of ``data_dir`` runs with."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("N8N_", "npm_config_"))}
     env.update(
         {
@@ -481,7 +483,7 @@ def start(
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     port = port or free_port()
     key = _secret_file(data_dir / "countersign-encryption-key", lambda: secrets.token_hex(32))
-    env = _env(inst, data_dir, port, key)
+    env = process_env(inst, data_dir, port, key)
     env.update(extra_env or {})
     log = data_dir / "n8n.log"
     proc = spawn(
@@ -504,9 +506,14 @@ def start(
 
 
 def stop(data_dir: Path, *, timeout_s: float = 15.0) -> bool:
-    """SIGTERM n8n's whole process group (SIGKILL after ``timeout_s``); returns when no process of
-    it is left, so its port is free. True if it ran."""
-    return stop_group(data_dir / "n8n.pid", timeout_s=timeout_s)
+    """SIGTERM n8n's whole process group (SIGKILL after ``timeout_s``), and in queue mode its
+    workers and Redis; returns when no process of them is left, so the ports are free. True if
+    the main process ran."""
+    ran = stop_group(data_dir / "n8n.pid", timeout_s=timeout_s)
+    for pid_file in sorted(data_dir.glob("n8n-worker-*.pid")):
+        stop_group(pid_file, timeout_s=timeout_s)
+    stop_group(data_dir / "redis.pid", timeout_s=timeout_s)
+    return ran
 
 
 def status(data_dir: Path) -> dict[str, Any]:
