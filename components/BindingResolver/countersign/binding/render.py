@@ -18,7 +18,8 @@ from urllib.parse import quote
 
 from countersign.kernel import BindingError
 
-from .core import BoundNode
+from .caldav import CALDAV_QUERY, caldav_busy, caldav_query, is_multistatus
+from .core import BoundNode, DataBinding
 from .ics import ics_busy, ics_event, is_address
 
 __all__ = [
@@ -79,20 +80,7 @@ def render_data(
             template = _required(b.template, "a template", where, path)
             out[path] = _fill(template, args, settings, url=path == "url", where=where)
         elif b.kind == "fn":
-            values = {k: args.get(src) for k, src in b.fn_args.items()}
-            if b.fn == "ics_event":
-                out[path] = _event(values, settings, written_at, where)
-            elif b.fn == "ics_invite":
-                out[path] = _invite(values.get("event"), settings, written_at, where)
-            elif b.fn == "mail_text":
-                out[path] = mail_text(str(values.get("body")), values.get("details"))
-            elif b.fn == "json_body":
-                # an optional arg the step does not give is left out, not sent as null
-                given = {k: v for k, v in values.items() if b.fn_args[k] in args}
-                body = given["value"] if set(given) == {"value"} else given
-                out[path] = json.dumps(body, ensure_ascii=False, sort_keys=True)
-            else:
-                raise BindingError(f"{where}: unknown formatter {b.fn!r}")
+            out[path] = _formatted(b, args, settings, written_at, where)
     idem = node.idempotency
     if idem is not None and idem.via == "header":
         if not idempotency_key:
@@ -100,6 +88,32 @@ def render_data(
         header_path = _header_value_path(node, idem.field or "")
         out[header_path] = idempotency_key
     return out
+
+
+def _formatted(
+    b: DataBinding,
+    args: Mapping[str, Any],
+    settings: Mapping[str, str],
+    written_at: datetime | None,
+    where: str,
+) -> Any:
+    """The value of a ``fn`` binding: the named built-in formatter over its ``fn_args``."""
+    values = {k: args.get(src) for k, src in b.fn_args.items()}
+    if b.fn == "ics_event":
+        return _event(values, settings, written_at, where)
+    if b.fn == "ics_invite":
+        return _invite(values.get("event"), settings, written_at, where)
+    if b.fn == CALDAV_QUERY:
+        # the window the read asks the server for (a calendar-query REPORT's body)
+        return caldav_query(values.get("time_min"), values.get("time_max"))
+    if b.fn == "mail_text":
+        return mail_text(str(values.get("body")), values.get("details"))
+    if b.fn == "json_body":
+        # an optional arg the step does not give is left out, not sent as null
+        given = {k: v for k, v in values.items() if b.fn_args[k] in args}
+        body = given["value"] if set(given) == {"value"} else given
+        return json.dumps(body, ensure_ascii=False, sort_keys=True)
+    raise BindingError(f"{where}: unknown formatter {b.fn!r}")
 
 
 def idempotency_header_path(node: BoundNode) -> str | None:
@@ -253,14 +267,19 @@ def normalize_output(kind: str, item: Mapping[str, Any], args: Mapping[str, Any]
             "text": body if isinstance(body, str) else json.dumps(body),
         }
     if kind == "ics_busy":
-        text = body if isinstance(body, str) else ""
-        return {
-            "status": item.get("statusCode"),
-            "busy": ics_busy(text, time_min=args.get("time_min"), time_max=args.get("time_max")),
-        }
+        return _busy(body if isinstance(body, str) else "", item.get("statusCode"), args)
     if isinstance(body, str):
         try:
             return json.loads(body)
         except ValueError:
             return {"text": body}
     return dict(body) if isinstance(body, Mapping) else body
+
+
+def _busy(text: str, status: Any, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A calendar read's output: from a calendar-query REPORT's multistatus (the window's objects
+    and their versions) or from iCalendar text (a whole collection, the GET of old)."""
+    lo, hi = args.get("time_min"), args.get("time_max")
+    if is_multistatus(text):
+        return caldav_busy(text, status, time_min=lo, time_max=hi)
+    return {"status": status, "busy": ics_busy(text, time_min=lo, time_max=hi)}
