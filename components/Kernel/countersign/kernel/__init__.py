@@ -1,57 +1,66 @@
 """Shared kernel: the contracts (GLOBAL_SPEC.md), the error tree, ids, canonical JSON, settings."""
 
-from .canonical import canonical_bytes, content_hash, sha256_hex
-from .clock import Clock, system_clock
-from .documents import MAX_DEPTH, loads_strict, loads_yaml_strict
-from .errors import (
-    BadSignatureError,
-    BindingError,
-    ContractError,
-    CountersignError,
-    DocumentError,
-    DuplicateKeyError,
-    HashMismatchError,
-    InputError,
-    KeyRevokedError,
-    KeyRingError,
-    MalformedEnvelopeError,
-    PlanningError,
-    RegistryFileError,
-    SignatureError,
-    UnknownIntentError,
-    UnknownKeyError,
-)
-from .ids import ascii_digits, derived_ulid, parse_ulid
-from .models import (
-    DEFAULT_RULES,
-    MAX_SAFE_INT,
-    ApprovalToken,
-    Contract,
-    Evidence,
-    ExecuteResult,
-    ExecuteWrapper,
-    Intent,
-    Need,
-    Needs,
-    Plan,
-    PlanConstraints,
-    PlanMeta,
-    PlanStep,
-    Policy,
-    PreviewWrapper,
-    RetrievalWeights,
-    SignatureEnvelope,
-    SignedPlan,
-    StepMode,
-    StepRole,
-    UtcDatetime,
-    format_utc,
-    parse_contract,
-)
-from .rules import ArgTest, GateRule, RuleHit, rule_hits
-from .schemas import schema_snapshot
-from .settings import Settings, source_registry_dir
-from .urls import url_refusal
+# Lazy (PEP 562): a name's module is imported on first use, so importing one light part of this
+# package (an error class, a constant) does not load the rest (issue 28 §5: a CLI verb imports
+# only what it uses). The names, and what they are, are those of the eager imports below.
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .canonical import canonical_bytes, content_hash, sha256_hex
+    from .clock import Clock, system_clock
+    from .documents import MAX_DEPTH, loads_strict, loads_yaml_strict
+    from .errors import (
+        BadSignatureError,
+        BindingError,
+        ContractError,
+        CountersignError,
+        DocumentError,
+        DuplicateKeyError,
+        HashMismatchError,
+        InputError,
+        KeyRevokedError,
+        KeyRingError,
+        MalformedEnvelopeError,
+        PlanningError,
+        RegistryFileError,
+        SignatureError,
+        UnknownIntentError,
+        UnknownKeyError,
+    )
+    from .ids import ascii_digits, derived_ulid, parse_ulid
+    from .models import (
+        DEFAULT_RULES,
+        MAX_SAFE_INT,
+        ApprovalToken,
+        Contract,
+        Evidence,
+        ExecuteResult,
+        ExecuteWrapper,
+        Intent,
+        Need,
+        Needs,
+        Plan,
+        PlanConstraints,
+        PlanMeta,
+        PlanStep,
+        Policy,
+        PreviewWrapper,
+        RetrievalWeights,
+        SignatureEnvelope,
+        SignedPlan,
+        StepMode,
+        StepRole,
+        UtcDatetime,
+        format_utc,
+        parse_contract,
+    )
+    from .rules import ArgTest, GateRule, RuleHit, rule_hits
+    from .schemas import schema_snapshot
+    from .settings import Settings, source_registry_dir
+    from .urls import url_refusal
 
 __all__ = [
     "DEFAULT_RULES",
@@ -114,3 +123,79 @@ __all__ = [
     "system_clock",
     "url_refusal",
 ]
+
+#: each exported name -> the module (relative to this package) that defines it
+_LAZY: dict[str, str] = {
+    "canonical_bytes": "canonical",
+    "content_hash": "canonical",
+    "sha256_hex": "canonical",
+    "Clock": "clock",
+    "system_clock": "clock",
+    "MAX_DEPTH": "documents",
+    "loads_strict": "documents",
+    "loads_yaml_strict": "documents",
+    "BadSignatureError": "errors",
+    "BindingError": "errors",
+    "ContractError": "errors",
+    "CountersignError": "errors",
+    "DocumentError": "errors",
+    "DuplicateKeyError": "errors",
+    "HashMismatchError": "errors",
+    "InputError": "errors",
+    "KeyRevokedError": "errors",
+    "KeyRingError": "errors",
+    "MalformedEnvelopeError": "errors",
+    "PlanningError": "errors",
+    "RegistryFileError": "errors",
+    "SignatureError": "errors",
+    "UnknownIntentError": "errors",
+    "UnknownKeyError": "errors",
+    "ascii_digits": "ids",
+    "derived_ulid": "ids",
+    "parse_ulid": "ids",
+    "DEFAULT_RULES": "models",
+    "MAX_SAFE_INT": "models",
+    "ApprovalToken": "models",
+    "Contract": "models",
+    "Evidence": "models",
+    "ExecuteResult": "models",
+    "ExecuteWrapper": "models",
+    "Intent": "models",
+    "Need": "models",
+    "Needs": "models",
+    "Plan": "models",
+    "PlanConstraints": "models",
+    "PlanMeta": "models",
+    "PlanStep": "models",
+    "Policy": "models",
+    "PreviewWrapper": "models",
+    "RetrievalWeights": "models",
+    "SignatureEnvelope": "models",
+    "SignedPlan": "models",
+    "StepMode": "models",
+    "StepRole": "models",
+    "UtcDatetime": "models",
+    "format_utc": "models",
+    "parse_contract": "models",
+    "ArgTest": "rules",
+    "GateRule": "rules",
+    "RuleHit": "rules",
+    "rule_hits": "rules",
+    "schema_snapshot": "schemas",
+    "Settings": "settings",
+    "source_registry_dir": "settings",
+    "url_refusal": "urls",
+}
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
