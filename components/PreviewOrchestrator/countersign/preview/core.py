@@ -44,6 +44,7 @@ from countersign.workflowbuilder import (
     StepWorkflow,
     build_batch_workflow,
     build_step_workflow,
+    declared_query,
     read_only_violations,
 )
 
@@ -128,7 +129,9 @@ def plan_preview(
             continue
         s = plan.step(n)
         wf = build_step_workflow(plan, plan_hash, n, registry, credentials=credentials)
-        found = read_only_violations(wf.workflow)
+        # a safe method with a body (a CalDAV REPORT) passes only for an op that declares it
+        query = declared_query(registry.op(s.uses, s.call, step=n))
+        found = read_only_violations(wf.workflow, query=query)
         problems += [f"step {n} ({s.uses}.{s.call}): {p}" for p in found]
         workflows[n] = wf
         ops.setdefault((s.uses, s.call), []).append(n)
@@ -139,7 +142,9 @@ def plan_preview(
             batch = build_batch_workflow(plan.step(same[0]), registry, credentials=credentials)
             problems += [
                 f"step {same[0]} ({uses}.{call}) batched with steps {same[1:]}: {p}"
-                for p in read_only_violations(batch.workflow)
+                for p in read_only_violations(
+                    batch.workflow, query=declared_query(registry.op(uses, call))
+                )
             ]
     if problems:
         raise PreviewRefusedError(

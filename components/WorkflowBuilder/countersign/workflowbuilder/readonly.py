@@ -34,6 +34,8 @@ from typing import Any, Final
 
 from countersign.kernel import DocumentError, loads_strict
 
+from .queries import SafeQuery, query_violations, split_query
+
 __all__ = [
     "HTTP_REQUEST",
     "HTTP_REQUEST_VERSIONS",
@@ -307,14 +309,18 @@ class _Node:
     params: Mapping[str, Any]
 
 
-def _http_violations(node: _Node) -> list[str]:
-    name, version, p = node.name, node.version, node.params
+def _http_violations(node: _Node, query: SafeQuery | None = None) -> list[str]:
+    name, version = node.name, node.version
     spec = HTTP_REQUEST_VERSIONS.get(version)
     label = f"{name}: HTTP Request v{version:g}"
     if spec is None:
         known = ", ".join(f"{v:g}" for v in sorted(HTTP_REQUEST_VERSIONS))
         return [f"{label} is not a version this check knows (known: {known}); treated as a write"]
+    # a query the op declares (``queries``): its exact shape, then the rest as any read's
+    p, claimed = split_query(node.params, query if spec is _V3 else None)
+    found = query_violations(label, node.params, query) if claimed and query else []
     return [
+        *found,
         *_method_violations(label, spec, p),
         *_param_violations(label, spec, p),
         *_expression_violations(label, spec, p),
@@ -436,10 +442,12 @@ def _code_violations(node: _Node) -> list[str]:
     return out
 
 
-def _node_violations(node: Mapping[str, Any]) -> list[str]:
+def _node_violations(node: Mapping[str, Any], query: SafeQuery | None) -> list[str]:
     checked = _checked_node(node)
     if isinstance(checked, list):
         return checked
+    if checked.type == HTTP_REQUEST:
+        return _http_violations(checked, query)
     return _BY_TYPE.get(checked.type, _connector_violations)(checked)
 
 
@@ -509,7 +517,9 @@ _BY_TYPE: Final[Mapping[str, Callable[[_Node], list[str]]]] = {
 }
 
 
-def read_only_violations(workflow: Mapping[str, Any]) -> list[str]:
+def read_only_violations(
+    workflow: Mapping[str, Any], *, query: SafeQuery | None = None
+) -> list[str]:
     """Why a workflow could change something (empty when every node only reads).
 
     Checked on the generated JSON itself, independently of the registry flag (module docstring):
@@ -518,6 +528,11 @@ def read_only_violations(workflow: Mapping[str, Any]) -> list[str]:
     and carry no expression except the builder's data reference in the URL or a parameter value;
     Code must be JavaScript that names no I/O; connector nodes must use a listed read operation.
     Anything else — Wait nodes, mail nodes, unknown types and versions — is a violation.
+
+    ``query``: the safe method with a body that the op this workflow runs declares
+    (``queries.declared_query`` of the registry op, passed by the caller — a workflow cannot
+    declare itself); an HTTP Request v3+ node may send exactly that query (``queries``). None:
+    no REPORT, PROPFIND or body passes.
     """
     problems: list[str] = []
     nodes = workflow.get("nodes", [])
@@ -527,5 +542,5 @@ def read_only_violations(workflow: Mapping[str, Any]) -> list[str]:
         if not isinstance(node, Mapping):
             problems.append(f"workflow: node {node!r:.60} is not an object")
             continue
-        problems.extend(_node_violations(node))
+        problems.extend(_node_violations(node, query))
     return problems
