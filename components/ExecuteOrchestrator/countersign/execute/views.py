@@ -14,6 +14,7 @@ from countersign.storage import PlanStore
 
 from .checks import Audit
 from .core import Change, StaleWorldError, WriteSpec, ancestors, stale_changes
+from .revalidate import unchanged_reads
 from .state import ExecuteReport, Run, ancestors_of, gate_reads
 
 __all__ = ["Views"]
@@ -42,7 +43,14 @@ class Views:
         # the same requests and the same normalization as the preview's; a read after a write
         # (the cart the shop holds) waits for that write's output
         done = {n: v for n, v in before.items() if n not in reads}
-        fresh = await runner.read_fresh(reads, outputs=done)
+        # a read that asked for a window first asks, with one etag-only query, whether anything
+        # in it changed; only the ones that did (or cannot tell) are read again (``revalidate``)
+        same = await unchanged_reads(runner, plan, reads, before, done)
+        rest = [n for n in reads if n not in same]
+        fresh = {
+            **same,
+            **(await runner.read_fresh(rest, outputs={**done, **same}) if rest else {}),
+        }
         changes = stale_changes(prints, before, fresh)
         if changes:
             self._refuse_stale(plan, reads, fresh, changes, user_id)
