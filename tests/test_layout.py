@@ -248,6 +248,7 @@ _API_ROUTERS: dict[str, set[str]] = {
     "pages": set(),
     "audit": set(),
     "health": set(),
+    "settle": set(),
 }
 #: modules that run SQL or open database connections (a router or a service never does)
 _SQL_MODULES = {"sqlalchemy", "psycopg", "psycopg_pool"}
@@ -311,6 +312,7 @@ _TABLE_OWNERS: dict[str, str] = {
     "registry_docs": "registry",
     # Api: users, sessions, login links, conversations
     "api_users": "api",
+    "api_rate": "api",
     "api_sessions": "api",
     "login_links": "api",
     "conversations": "api",
@@ -332,7 +334,7 @@ def _tables_created() -> set[str]:
     return {
         t
         for m in _MIGRATIONS.glob("*.py")
-        for t in re.findall(r"CREATE TABLE\s+([a-z_][a-z0-9_]*)", m.read_text())
+        for t in re.findall(r"CREATE (?:UNLOGGED )?TABLE\s+([a-z_][a-z0-9_]*)", m.read_text())
     }
 
 

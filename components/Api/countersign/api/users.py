@@ -30,6 +30,17 @@ _USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
 KEY_PREFIX = "cs_"
 SESSION_TTL = timedelta(hours=12)
 LINK_TTL = timedelta(minutes=15)
+#: count one request of a user in this minute, forget minutes before the previous one, and
+#: read the previous minute's count: one statement (UNLOGGED table api_rate, migration 0007)
+_COUNT = """
+WITH gone AS (DELETE FROM api_rate WHERE user_id = %(u)s AND minute < %(m)s - 1),
+hit AS (
+  INSERT INTO api_rate (user_id, minute, hits) VALUES (%(u)s, %(m)s, 1)
+  ON CONFLICT (user_id, minute) DO UPDATE SET hits = api_rate.hits + 1
+  RETURNING hits)
+SELECT hit.hits AS now, coalesce((SELECT hits FROM api_rate
+  WHERE user_id = %(u)s AND minute = %(m)s - 1), 0) AS before FROM hit
+"""
 #: an active key's user, one statement on the read pool
 _KEY = "SELECT user_id, admin FROM api_users WHERE key_hash = %(h)s AND revoked_at IS NULL"
 
@@ -117,6 +128,17 @@ class UserStore:
             c.execute(text("DELETE FROM api_sessions WHERE user_id = :u"), {"u": user_id})
         if not hit:
             raise UnknownUserError(f"no active user {user_id!r}")
+
+    def count_request(self, user_id: str, minute: int) -> tuple[int, int]:
+        """Count one request of ``user_id`` in wall-clock ``minute`` (shared by every API
+        process); ``(this minute's count, the previous minute's)``. Needs the pool (autocommit:
+        the counter is not part of any request's transaction)."""
+        if self.reads is None:
+            raise InputError("a shared rate limit needs the API's connection pool")
+        row = self.reads.one(_COUNT, {"u": user_id, "m": minute})
+        if row is None:  # the INSERT always returns its row; a driver that did not is a bug
+            raise InputError("the rate counter returned nothing")
+        return int(row["now"]), int(row["before"])
 
     def by_key(self, key: str) -> Principal:
         """The user a Bearer key belongs to."""

@@ -24,7 +24,7 @@ _TABLES = (
     "plan_library, outcomes, audit_log, idempotency_keys, gate_decisions, approval_tokens, "
     "plan_steps, plans, profile_prefs, consents, plan_events, login_links, api_sessions, api_users, "
     "registry_docs, conversation_turns, conversations, history_facts, memory_facts, contacts, "
-    "gate_receipts"
+    "gate_receipts, api_rate"
 )
 
 
