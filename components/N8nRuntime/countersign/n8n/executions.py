@@ -23,7 +23,12 @@ provably cover the send:
 5. each of them that belongs to the op workflow was read and carries another key.
 
 Anything else is ``unknown``, which a person settles. Clocks: ``skew`` bounds the difference
-between n8n's clock and the ledger's.
+between n8n's clock and the ledger's. Reads save no execution (WorkflowBuilder SPEC "What n8n
+keeps"), so their ids are gaps too: ``absent`` is proven only while no read ran between the
+witnesses; otherwise the answer is ``unknown`` and the reconciler asks the provider.
+
+A record a forget redacted (``keeping``) still carries its key: the hash of the args as they were
+is kept in the trigger body (``countersign_redacted.arg_hash``).
 """
 
 from __future__ import annotations
@@ -118,7 +123,7 @@ class KeyRef:
             and plan.get("plan_id") == self.plan_id
             and plan.get("step") == self.step
             and isinstance(args, dict)
-            and content_hash(args) == self.arg_hash
+            and _arg_hash(body, args) == self.arg_hash
         )
 
 
@@ -389,6 +394,16 @@ def _first_item(node_run: Mapping[str, Any]) -> dict[str, Any] | None:
     except (KeyError, IndexError, TypeError):
         return None
     return item if isinstance(item, dict) else None
+
+
+def _arg_hash(body: Mapping[str, Any], args: dict[str, Any]) -> str | None:
+    """The hash of the args as sent: a forget that redacted someone in them (``keeping``) wrote
+    the hash of the args as they were under ``countersign_redacted`` first."""
+    redacted = body.get("countersign_redacted")
+    if redacted is None:
+        return content_hash(args)
+    kept = redacted.get("arg_hash") if isinstance(redacted, dict) else None
+    return kept if isinstance(kept, str) else None
 
 
 def _trigger_body(execution: Mapping[str, Any]) -> dict[str, Any] | None:

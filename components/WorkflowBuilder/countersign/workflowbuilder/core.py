@@ -161,14 +161,37 @@ def _trigger(
     return node
 
 
-def _settings() -> dict[str, Any]:
+#: what n8n keeps of a workflow's executions (WorkflowBuilder SPEC "What n8n keeps"; the names
+#: and values are n8n 2.41.1's ``IWorkflowSettings``, read in ``execution-lifecycle/
+#: to-save-settings.js``): a read keeps nothing — its execution is deleted when it ends, so the
+#: calendars and mailboxes it read (other people's event titles among them) never rest in n8n;
+#: a write keeps its whole record, success or error, because the reconciler reads it by the
+#: idempotency key until the write is settled (then N8nRuntime's ``prune_settled`` deletes it)
+KEEP_NONE: Final = "none"
+KEEP_ALL: Final = "all"
+#: names the rule above in every workflow's content key (change it with the rule)
+_RECORDS: Final = "reads-none/writes-all"
+
+
+def _settings(keep: str) -> dict[str, Any]:
     return {
         "executionOrder": "v1",
-        "saveDataSuccessExecution": "all",
-        "saveDataErrorExecution": "all",
+        "saveDataSuccessExecution": keep,
+        "saveDataErrorExecution": keep,
         "saveManualExecutions": False,
+        "saveExecutionProgress": False,
         "callerPolicy": "workflowsFromSameOwner",
     }
+
+
+def _keep(bound: BoundNode, nodes: list[dict[str, Any]]) -> str:
+    """``none`` when the op is a read by the registry AND the workflow provably cannot write
+    (``read_only_violations`` finds nothing: the allow-list that guards a preview), else ``all``
+    — a doubt keeps the record."""
+    probe = {"nodes": nodes, "connections": {}}
+    if bound.safety == "read" and not read_only_violations(probe):
+        return KEEP_NONE
+    return KEEP_ALL
 
 
 def build_step_workflow(
@@ -219,7 +242,8 @@ def build_workflow_for_step(
     path = f"cs-op-{key}"
     nodes = [_trigger(key, "op", path, creds), node]
     chain = [TRIGGER, node_name]
-    names = _file_names(resolve_step(s, registry))
+    bound = resolve_step(s, registry)
+    names = _file_names(bound)
     if names:  # Trigger → Files → op node: the files reach the op as binary properties
         nodes.insert(1, _files_node(key, names))
         chain.insert(1, FILES)
@@ -229,7 +253,7 @@ def build_workflow_for_step(
         "connections": {
             a: {"main": [[{"node": b, "type": "main", "index": 0}]]} for a, b in pairwise(chain)
         },
-        "settings": _settings(),
+        "settings": _settings(_keep(bound, nodes)),
     }
     return StepWorkflow(step=s.step, path=path, workflow=workflow)
 
@@ -304,6 +328,9 @@ def _op_node(
     # of a templated URL, say) would otherwise share a webhook path under two workflow names, and
     # n8n refuses to activate the second (409 "conflict with one of the webhooks")
     content: dict[str, Any] = {"op": node_name, **({"batch": True} if batch else {}), **node}
+    # what n8n keeps is part of the content too: a workflow deployed under the old settings
+    # (reads saved) is never reused — deploy keeps an existing workflow of the same name
+    content["records"] = _RECORDS
     names = _file_names(bound)
     if names:  # the Files node is part of the workflow: a change to it is a new workflow
         content["files"] = _files_node("", names)["parameters"]
@@ -354,6 +381,7 @@ def build_batch_workflow(
             TRIGGER: {"main": [[{"node": SPLIT, "type": "main", "index": 0}]]},
             SPLIT: {"main": [[{"node": node_name, "type": "main", "index": 0}]]},
         },
-        "settings": _settings(),
+        # a batch runs reads only (a preview checks it with read_only_violations first)
+        "settings": _settings(KEEP_NONE),
     }
     return StepWorkflow(step=s.step, path=path, workflow=workflow)

@@ -2,10 +2,16 @@
 forget, export.
 
 A forget erases the runtimes' records first — the Temporal runs of the plans it takes (a running
-watcher stops writing), then the n8n executions that hold it — while the rows that name those
-plans still exist; then every table, the audit rows redacted, audited with the counts. A runtime
-that cannot be erased stops it before any row is deleted (503 ``forget_incomplete``): the same
-forget again finishes the job.
+watcher stops writing), then the n8n executions — while the rows that name those plans still
+exist; then every table, the audit rows redacted, audited with the counts. A runtime that cannot
+be erased stops it before any row is deleted (503 ``forget_incomplete``): the same forget again
+finishes the job.
+
+n8n (issue 27 §6; ``countersign.n8n.keeping``): only the person's own executions are deleted —
+those whose trigger body names a plan the forget takes (for a subject, also one of their plans
+that mentions the subject); another person's execution that mentions them is never deleted: a
+forget of everything redacts the person's address and plan ids in it (``n8n_executions_redacted``)
+through ``n8n_store`` (n8n's database), and a write in it still reconciles by its key.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from typing import Any
 from countersign.audit import AuditLog
 from countersign.contextrag import ForgetChangedError, ForgetTargets, MemoryStore
 from countersign.kernel import CountersignError
+from countersign.n8n import N8nClient
+from countersign.n8n.keeping import ExecutionStore, forget_executions
 from countersign.storage import Database
 
 from ..errors import ForgetIncompleteError
@@ -27,6 +35,8 @@ __all__ = ["Memory"]
 
 #: times a forget starts over when a plan was made while the runtimes' records were erased
 _ATTEMPTS = 3
+#: what a forget says about n8n when none is configured
+_NO_N8N: dict[str, int | None] = {"n8n_executions_deleted": None}
 
 
 @dataclass
@@ -37,6 +47,9 @@ class Memory:
     store: MemoryStore
     records: RuntimeRecords
     audit: AuditLog
+    #: n8n's execution data, where a forget redacts another person's records (None: a forget
+    #: that must redact stops with ``forget_incomplete``, pending ``n8n``)
+    n8n_store: ExecutionStore | None = None
 
     def prefs(self, user_id: str) -> dict[str, Any]:
         """The caller's preferences and consent per purpose."""
@@ -68,7 +81,7 @@ class Memory:
         """Forget the caller's data or one subject (module docstring)."""
         for _ in range(_ATTEMPTS):
             targets = await asyncio.to_thread(self.store.forget_targets, user_id, body)
-            erased = await self._erase_records(targets)
+            erased = await self._erase_records(targets, user_id)
             try:
                 out = await asyncio.to_thread(
                     self.store.forget,
@@ -86,7 +99,26 @@ class Memory:
             "forget: the person's plans kept changing while their records were erased; try again"
         )
 
-    async def _erase_records(self, targets: ForgetTargets) -> dict[str, int | None]:
+    async def _erase_executions(self, targets: ForgetTargets, user_id: str) -> dict[str, int]:
+        """The person's n8n executions deleted, other people's that mention them redacted
+        (module docstring); empty when no n8n runtime is configured."""
+        client = getattr(self.records.runtime.transport, "client", None)
+        if not isinstance(client, N8nClient):
+            return {}
+        subject = targets.subject
+        done = await forget_executions(
+            client,
+            self.n8n_store,
+            own=targets.plan_ids,
+            own_if_mentioning=targets.own_plan_ids if subject else (),
+            # a subject is the person's own data about someone: other people's records of that
+            # someone are theirs; a forget of everything takes the person out of every record
+            needles=[subject] if subject else [user_id, *targets.plan_ids],
+            redact_others=subject is None,
+        )
+        return {"n8n_executions_deleted": done.deleted, "n8n_executions_redacted": done.redacted}
+
+    async def _erase_records(self, targets: ForgetTargets, user_id: str) -> dict[str, int | None]:
         """Erase the Temporal runs and n8n executions a forget takes; what each erased.
 
         Raises:
@@ -99,7 +131,7 @@ class Memory:
         except CountersignError as e:
             pending["temporal"] = e.code
         try:
-            erased["n8n_executions_deleted"] = await self.records.erase_executions(targets)
+            erased.update(await self._erase_executions(targets, user_id) or _NO_N8N)
         except CountersignError as e:
             pending["n8n"] = e.code
         if not pending:

@@ -1,0 +1,324 @@
+"""What n8n keeps about people (N8nRuntime SPEC "What n8n keeps"; issue 27 §6).
+
+- Reads keep nothing: WorkflowBuilder gives read and batch workflows
+  ``saveDataSuccessExecution/saveDataErrorExecution: "none"``, so n8n deletes their executions
+  when they end; the calendars a preview read never rest in n8n.
+- A write keeps its record until it is settled: the reconciler finds it by the idempotency key
+  (``executions.find_execution``); then :func:`prune_settled` deletes it (n8n's own pruning,
+  EXECUTIONS_DATA_MAX_AGE, takes whatever is left).
+- A forget (:func:`forget_executions`) deletes only the forgetting person's executions — those
+  whose trigger body names one of their plans (:func:`owner_plan`), never one that merely
+  mentions them — and **redacts** the forgotten person's address and plan ids in everyone else's
+  (:class:`ExecutionStore`), as the audit redacts its rows: each whole-word occurrence becomes
+  ``[forgotten]``. A redacted write still reconciles: before its arguments are redacted, their
+  hash (the key's last part) is written into the trigger body under ``countersign_redacted``,
+  and ``KeyRef.carried_by`` compares that instead.
+
+n8n has no API that edits an execution, so redaction edits n8n's ``execution_data`` row itself
+(n8n 2.41.1: column ``data``, the run serialized with ``flatted``; ``storedAt = 'db'``), in
+SQLite (the single-process mode) or PostgreSQL (queue mode). Only string values, object keys and
+text binaries (base64) change; the flatted structure (its references) is kept as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import psycopg
+
+from countersign.kernel import ascii_digits, content_hash
+
+from .errors import N8nUnavailableError
+from .executions import ExecutionSource, KeyRef, RecordScan, find_execution
+
+__all__ = [
+    "FORGOTTEN",
+    "REDACTED",
+    "ExecutionStore",
+    "Forgetting",
+    "PostgresExecutionStore",
+    "SqliteExecutionStore",
+    "forget_executions",
+    "mention_pattern",
+    "owner_plan",
+    "prune_settled",
+    "redact_flatted",
+]
+
+#: what a forgotten name or plan id becomes in a record that stays
+FORGOTTEN = "[forgotten]"
+#: the trigger-body field a redaction writes: ``{"arg_hash": <the key's last part>}``
+REDACTED = "countersign_redacted"
+_TRIGGER = "Trigger"
+_BODY_PATH = ("resultData", "runData", _TRIGGER, 0, "data", "main", 0, 0, "json", "body")
+_MAX_DEPTH = 256
+
+
+class ExecutionStore(Protocol):
+    """Where n8n keeps execution data, edited in place to redact."""
+
+    def redact(self, execution_id: str, pattern: re.Pattern[str]) -> bool:
+        """Redact ``pattern`` in the execution's data; False when n8n holds no such row."""
+        ...
+
+
+class ExecutionLister(Protocol):
+    """The part of ``N8nClient`` a forget uses."""
+
+    def execution_pages(
+        self, *, include_data: bool = False, page_size: int = 100, max_pages: int = 100
+    ) -> AsyncIterator[list[dict[str, Any]]]: ...
+
+    async def delete_execution(self, execution_id: str | int) -> None: ...
+
+
+def mention_pattern(needles: Iterable[str]) -> re.Pattern[str] | None:
+    """Any needle as a whole word, ignoring case (``local`` does not match ``localhost``)."""
+    words = sorted({n for n in needles if n}, key=len, reverse=True)
+    if not words:
+        return None
+    alt = "|".join(re.escape(n) for n in words)
+    return re.compile(r"(?<![A-Za-z0-9_])(?:" + alt + r")(?![A-Za-z0-9_])", re.IGNORECASE)
+
+
+def owner_plan(execution: Mapping[str, Any]) -> str | None:
+    """The plan an execution ran for: its trigger body's ``plan.plan_id`` (step and batch
+    workflows both carry it); None for an execution Countersign did not start."""
+    data = execution.get("data")
+    result = data.get("resultData") if isinstance(data, dict) else None
+    runs = (result.get("runData") or {}).get(_TRIGGER) if isinstance(result, dict) else None
+    try:
+        body = runs[0]["data"]["main"][0][0]["json"]["body"]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError):
+        return None
+    plan = body.get("plan") if isinstance(body, dict) else None
+    pid = plan.get("plan_id") if isinstance(plan, dict) else None
+    return pid if isinstance(pid, str) else None
+
+
+@dataclass
+class Forgetting:
+    """What a forget did to n8n's executions."""
+
+    deleted: int = 0
+    redacted: int = 0
+    #: executions that mention the person but whose row was gone when redacted
+    vanished: list[str] = field(default_factory=list)
+
+
+async def forget_executions(
+    client: ExecutionLister,
+    store: ExecutionStore | None,
+    *,
+    own: Sequence[str],
+    own_if_mentioning: Sequence[str] = (),
+    needles: Sequence[str],
+    redact_others: bool = True,
+) -> Forgetting:
+    """Delete the executions of the plans ``own`` (and of ``own_if_mentioning`` that mention a
+    needle); redact the needles in every other execution that mentions one (``redact_others``;
+    else those are left as they are).
+
+    Raises:
+        N8nUnavailableError: a record must be redacted and no ``store`` reaches n8n's data.
+    """
+    pattern = mention_pattern(needles)
+    owned, partly = set(own), set(own_if_mentioning)
+    out = Forgetting()
+    to_redact: list[str] = []
+    async for page in client.execution_pages(include_data=True):
+        for ex in page:
+            plan = owner_plan(ex)
+            said = pattern is not None and bool(pattern.search(json.dumps(ex, default=str)))
+            if plan in owned or (plan in partly and said):
+                await client.delete_execution(str(ex["id"]))
+                out.deleted += 1
+            elif said and redact_others:
+                to_redact.append(str(ex["id"]))
+    if to_redact and (store is None or pattern is None):
+        raise N8nUnavailableError(
+            f"forget: {len(to_redact)} n8n execution(s) of other people mention the person and "
+            "must be redacted, but no n8n execution store is configured"
+        )
+    for eid in to_redact:
+        if store is not None and pattern is not None and store.redact(eid, pattern):
+            out.redacted += 1
+        else:
+            out.vanished.append(eid)
+    return out
+
+
+async def prune_settled(
+    source: ExecutionSource, *, workflow_name: str, key: KeyRef, now: Any, scan: RecordScan
+) -> str | None:
+    """Delete the execution that carried a settled write's key (nothing needs it any more);
+    its id, or None when n8n holds none (``source`` must also delete: ``N8nClient``)."""
+    found = await find_execution(source, workflow_name=workflow_name, key=key, now=now, scan=scan)
+    if found.kind != "found" or found.execution is None:
+        return None
+    eid = str(found.execution.get("id"))
+    await source.delete_execution(eid)  # type: ignore[attr-defined]
+    return eid
+
+
+# ---- redaction of one flatted record -----------------------------------------------------------
+def redact_flatted(text: str, pattern: re.Pattern[str]) -> str:
+    """``text`` (n8n's ``execution_data.data``: ``flatted``) with every match of ``pattern``
+    replaced by ``[forgotten]`` in strings, object keys and text binaries; the trigger body
+    first gets ``countersign_redacted: {"arg_hash": …}`` (the hash of its args as they were),
+    unless an earlier redaction wrote it."""
+    entries = json.loads(text)
+    if not isinstance(entries, list) or not entries:
+        return text
+    _mark_arg_hash(entries)
+    for i, e in enumerate(entries):
+        if isinstance(e, str):
+            entries[i] = pattern.sub(FORGOTTEN, e)
+        elif isinstance(e, dict):
+            entries[i] = _redact_keys(e, pattern)
+    for e in entries:
+        if isinstance(e, dict):
+            _redact_binary(entries, e, pattern)
+    return json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+
+
+def _ref(entries: list[Any], value: Any) -> Any:
+    """A flatted container's member: a string is the index of the entry that holds it."""
+    if isinstance(value, str) and ascii_digits(value) and int(value) < len(entries):
+        return entries[int(value)]
+    return value
+
+
+def _follow(entries: list[Any], path: Sequence[str | int]) -> Any:
+    here: Any = entries[0]
+    for step in path:
+        if isinstance(step, int):
+            if not isinstance(here, list) or step >= len(here):
+                return None
+            here = _ref(entries, here[step])
+        else:
+            if not isinstance(here, dict) or step not in here:
+                return None
+            here = _ref(entries, here[step])
+    return here
+
+
+def _decode(entries: list[Any], value: Any, depth: int = 0) -> Any:
+    """The JSON value a container member stands for (references resolved)."""
+    if depth > _MAX_DEPTH:
+        raise ValueError("flatted record nests too deep (a cycle?)")
+    item = _ref(entries, value)
+    if isinstance(item, list):
+        return [_decode(entries, v, depth + 1) for v in item]
+    if isinstance(item, dict):
+        return {k: _decode(entries, v, depth + 1) for k, v in item.items()}
+    return item
+
+
+def _mark_arg_hash(entries: list[Any]) -> None:
+    body = _follow(entries, _BODY_PATH)
+    if not isinstance(body, dict) or REDACTED in body or "args" not in body:
+        return
+    args = _decode(entries, body["args"])
+    if not isinstance(args, dict):
+        return
+    entries.append(content_hash(args))
+    entries.append({"arg_hash": str(len(entries) - 1)})
+    body[REDACTED] = str(len(entries) - 1)
+
+
+def _redact_keys(obj: dict[str, Any], pattern: re.Pattern[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        new = pattern.sub(FORGOTTEN, k)
+        while new != k and new in out:
+            new += "_"
+        out[new] = v
+    return out
+
+
+def _redact_binary(entries: list[Any], obj: dict[str, Any], pattern: re.Pattern[str]) -> None:
+    """A binary property (``{data: base64, mimeType, …}``) whose bytes are UTF-8 text."""
+    if "mimeType" not in obj or "data" not in obj:
+        return
+    ref = obj["data"]
+    raw = _ref(entries, ref)
+    if not isinstance(raw, str) or not isinstance(ref, str) or len(raw) < 8:
+        return
+    try:
+        plain = base64.b64decode(raw, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return
+    redacted = pattern.sub(FORGOTTEN, plain)
+    if redacted != plain:
+        entries[int(ref)] = base64.b64encode(redacted.encode("utf-8")).decode("ascii")
+
+
+# ---- the stores ---------------------------------------------------------------------------------
+_SELECT = 'SELECT data FROM execution_data WHERE "executionId" = {p}'
+_UPDATE = 'UPDATE execution_data SET data = {p} WHERE "executionId" = {p}'
+
+
+@dataclass(frozen=True)
+class SqliteExecutionStore:
+    """n8n's SQLite database (``DB_TYPE=sqlite``; ``<N8N_USER_FOLDER>/.n8n/database.sqlite``).
+    n8n runs it in WAL mode with a pool, so another writer waits on its lock (``timeout_s``)."""
+
+    path: Path
+    timeout_s: float = 10.0
+
+    @classmethod
+    def of(cls, data_dir: Path) -> SqliteExecutionStore:
+        """The store of the n8n whose ``N8N_USER_FOLDER`` is ``data_dir``."""
+        return cls(data_dir / ".n8n" / "database.sqlite")
+
+    def redact(self, execution_id: str, pattern: re.Pattern[str]) -> bool:
+        """Redact one execution's data in one transaction (module docstring)."""
+        if not self.path.exists():
+            raise N8nUnavailableError(f"n8n's database {self.path.name} is not there")
+        con = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            row = con.execute(_SELECT.format(p="?"), (int(execution_id),)).fetchone()
+            if row is None:
+                con.execute("ROLLBACK")
+                return False
+            new = redact_flatted(str(row[0]), pattern)
+            con.execute(_UPDATE.format(p="?"), (new, int(execution_id)))
+            con.execute("COMMIT")
+            return True
+        except sqlite3.Error as e:
+            raise N8nUnavailableError(f"n8n's database: {type(e).__name__}") from e
+        finally:
+            con.close()
+
+
+@dataclass(frozen=True)
+class PostgresExecutionStore:
+    """n8n's PostgreSQL database (``DB_TYPE=postgresdb``, queue mode): a libpq URL that reaches
+    n8n's schema (keep it in a Secret; never logged)."""
+
+    dsn: str = field(repr=False)
+
+    def redact(self, execution_id: str, pattern: re.Pattern[str]) -> bool:
+        """Redact one execution's data in one transaction (the row locked while it is edited)."""
+        try:
+            with psycopg.connect(self.dsn) as con, con.transaction():
+                row = con.execute(
+                    _SELECT.format(p="%s") + " FOR UPDATE", (int(execution_id),)
+                ).fetchone()
+                if row is None:
+                    return False
+                new = redact_flatted(str(row[0]), pattern)
+                con.execute(_UPDATE.format(p="%s"), (new, int(execution_id)))
+                return True
+        except psycopg.Error as e:
+            raise N8nUnavailableError(f"n8n's database: {type(e).__name__}") from e

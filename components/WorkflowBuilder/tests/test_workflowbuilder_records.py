@@ -1,0 +1,72 @@
+"""What n8n keeps of a generated workflow's executions (WorkflowBuilder SPEC "What n8n keeps"):
+reads keep nothing, writes keep their whole record for the reconciler, a doubt keeps it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from countersign.kernel import Plan, Policy
+from countersign.planner import make_plan
+from countersign.planner.testing import make_intent
+from countersign.registry import Registry
+from countersign.signer import plan_hash
+from countersign.workflowbuilder import (
+    CredentialRef,
+    build_batch_workflow,
+    build_step_workflow,
+    read_only_violations,
+)
+from countersign.workflowbuilder.core import KEEP_ALL, KEEP_NONE, _keep
+
+LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
+CREDS = {"smtp": CredentialRef(id="c1", name="smtp local")}
+SAVE_KEYS = ("saveDataSuccessExecution", "saveDataErrorExecution")
+
+
+def _plan(registry: Registry) -> Plan:
+    p = make_plan(make_intent("schedule_meeting"), [], registry, LOCAL)
+    assert isinstance(p, Plan)
+    return p
+
+
+def _kept(wf: dict[str, Any]) -> list[Any]:
+    return [wf["settings"][k] for k in SAVE_KEYS]
+
+
+def test_reads_keep_nothing_and_writes_keep_everything(registry: Registry) -> None:
+    plan = _plan(registry)
+    h = plan_hash(plan)
+    kinds = set()
+    for s in plan.graph:
+        if s.gate_id is not None:
+            continue
+        wf = build_step_workflow(plan, h, s.step, registry, credentials=CREDS).workflow
+        safety = registry.op(s.uses, s.call).safety
+        kinds.add(safety)
+        want = KEEP_NONE if safety == "read" else KEEP_ALL
+        assert _kept(wf) == [want, want], (s.uses, s.call)
+        assert wf["settings"]["saveExecutionProgress"] is False
+        assert wf["settings"]["saveManualExecutions"] is False
+    assert kinds == {"read", "write"}
+
+
+def test_a_batch_keeps_nothing(registry: Registry) -> None:
+    plan = _plan(registry)
+    read = next(s for s in plan.graph if s.call == "list_free_busy")
+    assert _kept(build_batch_workflow(read, registry).workflow) == [KEEP_NONE, KEEP_NONE]
+
+
+def test_a_read_that_could_write_keeps_its_record() -> None:
+    """The registry's ``safety: read`` is a claim: a node n8n would run as a write keeps all."""
+    post = {
+        "name": "x.y",
+        "type": "n8n-nodes-base.httpRequest",
+        "typeVersion": 4.2,
+        "parameters": {"method": "POST", "url": "http://127.0.0.1/"},
+    }
+    assert read_only_violations({"nodes": [post], "connections": {}})
+    assert _keep(SimpleNamespace(safety="read"), [post]) == KEEP_ALL  # type: ignore[arg-type]
+    get = {**post, "parameters": {"method": "GET", "url": "http://127.0.0.1/"}}
+    assert _keep(SimpleNamespace(safety="read"), [get]) == KEEP_NONE  # type: ignore[arg-type]
+    assert _keep(SimpleNamespace(safety="write"), [get]) == KEEP_ALL  # type: ignore[arg-type]
