@@ -34,6 +34,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import CancelledError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.approvals import Approvals, TokenExpiredError, token_hash
@@ -240,7 +241,9 @@ def test_seven_days_then_slot_approved_booked_once(
             == "approved"
         )
         result = await latest.result()
-        await _replay(env, handle.id, "watcher_booked_finish_v1.json")
+        # recorded with local-verify-finish-v1; watcher_booked_finish_v1.json is the same run
+        # from before it (verify_plan / finish_plan as activity tasks) and stays as it is
+        await _replay(env, handle.id, "watcher_booked_local_v1.json")
         return result
 
     result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
@@ -282,10 +285,18 @@ def test_rejected_gate_books_nothing(
             await latest.execute_update("approve_gate", {"gate_id": "gate-A", "token": "short"})
         with pytest.raises(WorkflowUpdateFailedError):
             await latest.execute_update("reject_gate", {"gate": "gate-A"})
-        await latest.execute_update(
-            WatcherWorkflow.reject_gate, RejectGate(gate_id="gate-A", reason="too early")
-        )
-        with pytest.raises(WorkflowUpdateFailedError):  # decided once
+        try:
+            said = await latest.execute_update(
+                WatcherWorkflow.reject_gate, RejectGate(gate_id="gate-A", reason="too early")
+            )
+            assert said == "rejected"
+        except RPCError as e:
+            # the run now ends in the workflow task that completes the update (finish_plan is a
+            # local activity): the time-skipping test server then answers NOT_FOUND for the
+            # update's outcome (sdk-python#826; a real server returns it); the result says it
+            assert e.status == RPCStatusCode.NOT_FOUND
+        # decided once: refused by the validator, or by the server once the run has ended
+        with pytest.raises((WorkflowUpdateFailedError, RPCError)):
             await latest.execute_update(
                 WatcherWorkflow.approve_gate,
                 ApproveGate(gate_id="gate-A", approval=token_hash(token)),
@@ -469,7 +480,10 @@ def test_budget_exhausted(
     async def body(env: WorkflowEnvironment, doc: dict[str, Any]) -> Any:
         handle = await _start(env, doc, max_polls=5)
         await _until(env, handle, "done", step_h=1)
-        return await env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id).result()
+        result = await env.client.get_workflow_handle_for(WatcherWorkflow.run, handle.id).result()
+        # one run from its start: verify_plan and finish_plan as local activities
+        await _replay(env, handle.id, "watcher_budget_local_v1.json")
+        return result
 
     result = _scenario(db, registry, keyring, sandbox, smtp_server, body)
     assert result.status == "budget_exhausted" and result.polls == 5 and sandbox.searches == 5
@@ -489,19 +503,61 @@ def test_golden_histories_replay(name: str) -> None:
 def _golden_facts(name: str) -> tuple[str, list[str], list[list[str]]]:
     """A golden history's workflow type, its patch markers, and the activities each workflow task
     scheduled."""
+    wf_type, patches, by_task, _ = _golden_markers(name)
+    return wf_type, patches, by_task
+
+
+def _golden_markers(name: str) -> tuple[str, list[str], list[list[str]], list[str]]:
+    """``_golden_facts`` and the local activities the history's markers record, in order."""
     events = json.loads((HISTORIES / name).read_text())["history"]["events"]
     wf_type = events[0]["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]
     patches: list[str] = []
+    local: list[str] = []
     by_task: dict[str, list[str]] = {}
     for e in events:
         if marker := e.get("markerRecordedEventAttributes"):
-            data = marker["details"]["patch-data"]["payloads"][0]["data"]
-            patches.append(json.loads(base64.b64decode(data))["id"])
+            details = marker["details"]
+            key = "patch-data" if marker["markerName"] == "core_patch" else "data"
+            data = json.loads(base64.b64decode(details[key]["payloads"][0]["data"]))
+            if marker["markerName"] == "core_patch":
+                patches.append(data["id"])
+            else:
+                local.append(data["activity_type"])
         if sched := e.get("activityTaskScheduledEventAttributes"):
             by_task.setdefault(sched["workflowTaskCompletedEventId"], []).append(
                 sched["activityType"]["name"]
             )
-    return wf_type, patches, list(by_task.values())
+    return wf_type, patches, list(by_task.values()), local
+
+
+@pytest.mark.parametrize(
+    ("name", "wf_type", "local"),
+    [
+        ("plan_parallel_local_v1.json", "PlanExecutionWorkflow", ["verify_plan", "finish_plan"]),
+        ("watcher_budget_local_v1.json", "WatcherWorkflow", ["verify_plan", "finish_plan"]),
+        # the last run after ContinueAsNew: no verify in it, the end is recorded locally
+        ("watcher_booked_local_v1.json", "WatcherWorkflow", ["finish_plan"]),
+    ],
+)
+def test_golden_histories_cover_local_verify_and_finish(
+    name: str, wf_type: str, local: list[str]
+) -> None:
+    """Since ``local-verify-finish-v1`` verify_plan and finish_plan are local activities (a
+    marker each, no activity task); the histories from before (activity tasks, no such patch)
+    stay checked in and replay (``test_golden_histories_replay``)."""
+    got_type, patches, by_task, got_local = _golden_markers(name)
+    assert got_type == wf_type and "local-verify-finish-v1" in patches
+    assert got_local == local
+    scheduled = {a for task in by_task for a in task}
+    assert not scheduled & {"verify_plan", "finish_plan"}
+    for old in (
+        "plan_parallel_one_scheduler_v1.json",
+        "watcher_booked_finish_v1.json",
+        "watcher_cancelled_signal_retired_v1.json",
+    ):
+        _, old_patches, old_tasks, old_local = _golden_markers(old)
+        assert "local-verify-finish-v1" not in old_patches and not old_local
+        assert "finish_plan" in {a for task in old_tasks for a in task}
 
 
 @pytest.mark.parametrize(
@@ -877,9 +933,10 @@ def test_plan_interpreter_parallel_reads_gate_write_notify(
             PlanExecutionWorkflow.approve_gate, _approval(db, doc, registry, token)
         )
         result = await handle.result()
-        # recorded on the shared scheduler (one-scheduler-v1); plan_completed_finish_v1.json
-        # is the same run from before it (the wave loop) and stays as it is
-        await _replay(env, wid, "plan_parallel_one_scheduler_v1.json")
+        # recorded on the shared scheduler (one-scheduler-v1) with local-verify-finish-v1;
+        # plan_completed_finish_v1.json is the same run from before both (the wave loop) and
+        # plan_parallel_one_scheduler_v1.json from before the local activities: both stay
+        await _replay(env, wid, "plan_parallel_local_v1.json")
         return result
 
     result = _plan_scenario(db, registry, keyring, settings, doc, body)
@@ -1184,8 +1241,11 @@ def test_bad_signature_fails_the_run_before_any_step(
         with pytest.raises(WorkflowFailureError) as err:
             await handle.result()
         cause = err.value.cause
-        assert isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError)
-        assert cause.cause.type == "signature_hash_mismatch" and cause.cause.non_retryable
+        # verify_plan is a local activity (local-verify-finish-v1): its failure reaches the run
+        # as the activity's ApplicationError itself (a scheduled activity's came wrapped)
+        app = cause.cause if isinstance(cause, ActivityError) else cause
+        assert isinstance(app, ApplicationError)
+        assert app.type == "signature_hash_mismatch" and app.non_retryable
         await _replay(env, handle.id)
 
     _scenario(db, registry, keyring, sandbox, smtp_server, body)
@@ -1449,14 +1509,15 @@ async def _current_details(handle: WorkflowHandle[Any, Any]) -> str:
 
 
 async def _labels(handle: WorkflowHandle[Any, Any]) -> tuple[list[str], list[str]]:
-    """The summaries of the run's activities and timers, in history order."""
+    """The summaries of the run's activities (local ones too) and timers, in history order."""
     history = await handle.fetch_history()
     acts: list[str] = []
     timers: list[str] = []
     for e in history.events:
         text_of = json.loads(e.user_metadata.summary.data) if e.user_metadata.summary.data else ""
-        if e.HasField("activity_task_scheduled_event_attributes"):
-            acts.append(text_of)
+        local = e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        if e.HasField("activity_task_scheduled_event_attributes") or local:
+            acts.append(text_of)  # a local activity: its marker carries the summary
         elif e.HasField("timer_started_event_attributes"):
             timers.append(text_of)
     return acts, timers

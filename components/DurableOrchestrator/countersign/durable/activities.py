@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 from countersign.approvals import Approvals, ReceiptSigner
 from countersign.audit import AuditLog, GroupCommitAuditWriter
 from countersign.binding import normalize_output, render_data, resolve_refs, resolve_step
-from countersign.kernel import CountersignError, Plan, PlanStep, SignedPlan, system_clock
+from countersign.kernel import CountersignError, Plan, PlanStep, Policy, SignedPlan, system_clock
 from countersign.planwriter import PlanWriter
 from countersign.registry import Registry
 from countersign.signer import KeyLookup, VerifiedPlan, verify_signed_plan
@@ -54,6 +54,7 @@ from .models import (
     RejectCall,
     StepCall,
 )
+from .policy import policy_refusal
 
 __all__ = ["PLAN_STATUS", "DurableActivities", "DurableStores"]
 
@@ -67,6 +68,7 @@ PLAN_STATUS = {
     "cancelled": "failed",
     "budget_exhausted": "failed",
     "failed": "failed",
+    "refused": "failed",
 }
 
 
@@ -117,8 +119,12 @@ class DurableActivities:
         receipt_signer: ReceiptSigner | None = None,
         stores: DurableStores | None = None,
         sender: DirectSender | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.db = db
+        #: the policy whose gate rules every write is checked against before it is sent (the
+        #: deployment's policy file, as the API's executor; default rules without one)
+        self.policy = policy or Policy()
         #: the effective registry now (the shipped folder + API edits, ``RegistryStore``): read
         #: again when a plan names another registry version than the one held, so a plan signed
         #: after an edit through the API runs without restarting the worker
@@ -328,9 +334,12 @@ class DurableActivities:
         this worker's ``DirectSender``); its ledger result. Nothing sent → retryable
         ``provider_unreachable``; refused → non-retryable ``provider_refused``; may have happened
         → non-retryable ``idempotency_outcome_unknown`` (the workflow waits for a person's
-        ``resolve_step``)."""
+        ``resolve_step``). A write the policy's gate rules deny, or gate without the plan's gate
+        naming the rule, is refused before anything is held or sent: non-retryable
+        ``policy_refused``, audited (``execute_refused``)."""
         plan = self._verified(call.signed).plan
         step, args, _ = self._write_key(plan, call)
+        self._policy_allows(plan, step, args, call.user_id)
         write = Write.of(plan.plan_id, step, args, self.registry)
         try:
             # one sequence for both runtimes: run here on a private event loop of this activity's
@@ -374,6 +383,26 @@ class DurableActivities:
         except CountersignError as e:
             raise _app_error(e) from e
         return step, args, idempotency_key(plan.plan_id, step.step, args)
+
+    def _policy_allows(self, plan: Plan, step: PlanStep, args: dict[str, Any], actor: str) -> None:
+        """The gate rules again on the write's arguments as sent (``policy.policy_refusal``, the
+        interactive executor's rules); refused and audited as the interactive executor audits."""
+        why = policy_refusal(plan, step, args, self.policy)
+        if why is None:
+            return
+        self._audit(
+            kind="execute_refused",
+            status="refused",
+            actor=actor,
+            plan_id=plan.plan_id,
+            step=step.step,
+            op=f"{step.uses}.{step.call}",
+            reason="policy_refused",
+            details={"why": why[:300]},
+        )
+        raise ApplicationError(
+            f"plan {plan.plan_id}: {why}", type="policy_refused", non_retryable=True
+        )
 
     def _signed_args_only(self, plan: Plan, step: PlanStep, call: StepCall) -> None:
         """A step runs with its signed arguments, nothing else (GLOBAL_SPEC §13 inv. 3d): an
@@ -449,16 +478,32 @@ class DurableActivities:
             self.plans.set_status(plan.plan_id, status)
         except CountersignError as e:
             raise _app_error(e) from e
-        self._audit(
-            kind="durable_finished",
-            status=call.outcome,
-            actor=call.user_id,
-            plan_id=plan.plan_id,
-            details={"workflow_id": call.workflow_id[:80], "plan_status": status},
-        )
+        wid = call.workflow_id[:80]
+        if not self._finished_before(plan.plan_id, wid):
+            self._audit(
+                kind="durable_finished",
+                status=call.outcome,
+                actor=call.user_id,
+                plan_id=plan.plan_id,
+                details={"workflow_id": wid, "plan_status": status},
+            )
         if self.plan_writer is not None:
             self.plan_writer.record(plan.plan_id, audit=self._audit)
         return status
+
+    def _finished_before(self, plan_id: str, workflow_id: str) -> bool:
+        """Whether this run's end is already in the plan's log: ``finish_plan`` runs as a local
+        activity, which runs again when the workflow task that ran it fails (e.g. a cancellation
+        arrived meanwhile), so it is at least once — the ``durable_finished`` row is written
+        once (its recent rows, read through the AuditLog)."""
+        with self.db.tx() as c:
+            rows = self.audit.rows(c, plan_id=plan_id, limit=_RECENT_ROWS)
+        return any(
+            r.get("kind") == "durable_finished"
+            and isinstance(r.get("details"), Mapping)
+            and r["details"].get("workflow_id") == workflow_id
+            for r in rows
+        )
 
     def _marks(self, plan: Plan) -> StepMarks:
         """Where the write sequence records a durable step's progress (where interactive steps
@@ -495,6 +540,8 @@ def _write_error(where: str, e: CountersignError) -> ApplicationError:
 
 
 _MISSING = object()
+#: how far back ``finish_plan`` looks for its own row (a run's end is among the plan's last rows)
+_RECENT_ROWS = 20
 
 
 def _int_keys(outputs: Mapping[str, Any]) -> dict[int, Any]:

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import typer
 from temporalio.service import RPCError
 
 from countersign.audit import AuditLog
-from countersign.kernel import Settings, system_clock
+from countersign.kernel import (
+    InputError,
+    Policy,
+    Settings,
+    loads_strict,
+    loads_yaml_strict,
+    parse_contract,
+    system_clock,
+)
 from countersign.planwriter import PlanWriter
 from countersign.registry.store import RegistryStore
 from countersign.signer import ReceiptKeySigner, open_keyring
@@ -71,6 +80,25 @@ def attributes_cmd() -> None:
     typer.echo(json.dumps({"added": asyncio.run(run())}))
 
 
+def worker_policy(path: Path | None) -> Policy:
+    """The policy whose gate rules the worker checks every write against: the deployment's
+    policy file (``COUNTERSIGN_POLICY_FILE``, JSON or YAML, as the API reads it), or the default
+    rules without one.
+
+    Raises:
+        InputError: the file cannot be read or is not a policy (names it).
+    """
+    if path is None:
+        return Policy()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from e
+    yaml = path.suffix in {".yaml", ".yml"}
+    doc = loads_yaml_strict(data, what=str(path)) if yaml else loads_strict(data, what=str(path))
+    return parse_contract(Policy, doc, what=f"policy {path}")
+
+
 @app.command("worker")
 def worker_cmd() -> None:
     """Run the durable worker until interrupted (COUNTERSIGN_TEMPORAL_ADDRESS, DATABASE_URL,
@@ -91,6 +119,7 @@ def worker_cmd() -> None:
         registry_source=registry_store.current,
         settings=settings.connector_settings,
         plan_writer=PlanWriter.for_settings(db, settings, clock=lambda: datetime.now(UTC)),
+        policy=worker_policy(settings.policy_file),
     )
 
     async def run() -> None:

@@ -127,9 +127,13 @@ class Reconfigure(_M):
 
 
 class WatchResult(_M):
-    """How the watcher ended."""
+    """How the watcher ended (``refused``: the policy's gate rules refused one of its writes
+    before it was sent — audited ``execute_refused`` / ``policy_refused``, nothing written, a
+    hold released)."""
 
-    status: Literal["booked", "rejected", "approval_timeout", "cancelled", "budget_exhausted"]
+    status: Literal[
+        "booked", "rejected", "approval_timeout", "cancelled", "budget_exhausted", "refused"
+    ]
     polls: int
     booking_id: str | None = None
     notified: bool = False
@@ -244,3 +248,5 @@ class PlanRunResult(_M):
     steps: dict[str, str] = Field(default_factory=dict)
     compensated: list[int] = Field(default_factory=list)
     failed_step: int | None = None
+    #: why ``failed_step`` failed: its error type (e.g. ``policy_refused``, ``provider_refused``)
+    failure: str | None = None

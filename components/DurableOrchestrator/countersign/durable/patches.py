@@ -11,6 +11,7 @@ __all__ = [
     "CANCEL_SIGNAL_RETIRED_PATCH",
     "FINISH_PATCH",
     "HOLD_SETTLES_PATCH",
+    "LOCAL_ACTIVITIES_PATCH",
     "NO_UNSIGNED_END_NOTICE_PATCH",
     "ONE_SCHEDULER_PATCH",
     "STATE_ATTRIBUTES_PATCH",
@@ -31,3 +32,7 @@ STATE_ATTRIBUTES_PATCH = "watch-search-attributes-v1"
 NO_UNSIGNED_END_NOTICE_PATCH = "no-unsigned-end-notice-v1"
 #: the plan interpreter schedules with ``countersign.steps.run_dag`` (before: whole waves)
 ONE_SCHEDULER_PATCH = "one-scheduler-v1"
+#: ``verify_plan`` and ``finish_plan`` (short, local Postgres work) run as local activities in the
+#: workflow task that asks for them: no activity task, no extra workflow task, no input payload in
+#: the history (a marker holds the result); histories from before replay the activity tasks
+LOCAL_ACTIVITIES_PATCH = "local-verify-finish-v1"

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from .workflow_steps import (
         Resolutions,
         cancel_recorded,
+        error_type,
         finish,
         record_cancel,
         record_rejection,
@@ -68,6 +69,7 @@ class PlanExecutionWorkflow:
         self._choices: dict[str, Any] = {}
         self._stored = False
         self._resolutions = Resolutions()
+        self._failure: str | None = None  # the failed step's error type
 
     def _timeout(self) -> timedelta:
         return timedelta(seconds=self._inp.activity_timeout_s if self._inp else 60)
@@ -165,6 +167,7 @@ class PlanExecutionWorkflow:
                 steps=self.status(),
                 compensated=compensated,
                 failed_step=failed,
+                failure=self._failure,
             )
         return PlanRunResult(status="completed", steps=self.status())
 
@@ -245,6 +248,7 @@ class PlanExecutionWorkflow:
         except _GateClosedError as e:
             return e.status, None
         except Exception as e:
+            self._failure = error_type(e)
             raised = [n for n, x in failed.items() if x is e]
             return None, raised[0] if raised else min(failed, default=min(graph))
         return None, None

@@ -52,8 +52,10 @@ with workflow.unsafe.imports_passed_through():
     from .summary import every, watch_now, write_summary
     from .workflow_steps import (
         ONCE,
+        POLICY_REFUSED,
         Resolutions,
         cancel_recorded,
+        error_type,
         finish,
         record_cancel,
         record_rejection,
@@ -208,6 +210,17 @@ class WatcherWorkflow:
         await record_cancel(inp.signed, inp.user_id, self._timeout(), stored)
 
     async def _run(self, inp: WatchInput) -> WatchResult:
+        """The run; a write the policy's gate rules refuse ends it ``refused`` (the hold
+        released, the end recorded), never retried."""
+        try:
+            return await self._steps(inp)
+        except ActivityError as e:
+            if error_type(e) != POLICY_REFUSED:
+                raise
+            workflow.logger.warning("a write was refused by the policy: %s", e.cause)
+            return await self._end(self._inp or inp, "refused")
+
+    async def _steps(self, inp: WatchInput) -> WatchResult:
         inp = await self._begin(inp)
         st = self._watching()
         ended = await self._watch(inp, st)

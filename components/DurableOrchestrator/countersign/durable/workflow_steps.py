@@ -33,15 +33,18 @@ with workflow.unsafe.imports_passed_through():
         ResolveStep,
         StepCall,
     )
-    from .patches import CANCEL_PATCH, FINISH_PATCH
+    from .patches import CANCEL_PATCH, FINISH_PATCH, LOCAL_ACTIVITIES_PATCH
 
 __all__ = [
     "ONCE",
+    "POLICY_REFUSED",
     "UNKNOWN",
     "WRITE",
     "Resolutions",
     "cancel_recorded",
+    "error_type",
     "finish",
+    "local_activities",
     "not_started",
     "outcome_unknown",
     "record_cancel",
@@ -59,6 +62,16 @@ _T = TypeVar("_T")
 UNKNOWN = "idempotency_outcome_unknown"
 ONCE = RetryPolicy(maximum_attempts=1)
 WRITE = RetryPolicy(maximum_attempts=5, non_retryable_error_types=[UNKNOWN, "provider_refused"])
+
+
+#: the ApplicationError type of a write the policy's gate rules refused (never retried)
+POLICY_REFUSED = "policy_refused"
+
+
+def error_type(e: BaseException) -> str | None:
+    """The ApplicationError type behind a failed activity (None for anything else)."""
+    cause = e.cause if isinstance(e, ActivityError) else e
+    return cause.type if isinstance(cause, ApplicationError) else None
 
 
 def outcome_unknown(e: ActivityError) -> bool:
@@ -211,25 +224,54 @@ class Resolutions:
 
 
 # ---- how a run ends ------------------------------------------------------------------------------
+def local_activities() -> bool:
+    """Whether ``verify_plan`` and ``finish_plan`` run as local activities (from
+    ``LOCAL_ACTIVITIES_PATCH`` on): both are short work on the worker's own Postgres, so they run
+    in the workflow task that asks for them — no activity task to match, no workflow task to
+    carry the result back, no plan payload in the history. Histories recorded before replay them
+    as activity tasks (the first call decides for the whole run)."""
+    return workflow.patched(LOCAL_ACTIVITIES_PATCH)
+
+
 async def finish(signed: SignedPlan, user_id: str, outcome: str, timeout: timedelta) -> None:
     """Report the run's end to the plan store and the audit log (from ``FINISH_PATCH`` on)."""
-    if workflow.patched(FINISH_PATCH):
-        await workflow.execute_activity_method(
+    if not workflow.patched(FINISH_PATCH):
+        return
+    call = FinishCall(
+        signed=signed, user_id=user_id, outcome=outcome, workflow_id=workflow.info().workflow_id
+    )
+    retry = RetryPolicy(maximum_attempts=10)
+    summary = f"record the outcome: {outcome}"
+    if local_activities():
+        await workflow.execute_local_activity_method(
             DurableActivities.finish_plan,
-            FinishCall(
-                signed=signed,
-                user_id=user_id,
-                outcome=outcome,
-                workflow_id=workflow.info().workflow_id,
-            ),
-            retry_policy=RetryPolicy(maximum_attempts=10),
+            call,
+            retry_policy=retry,
             start_to_close_timeout=timeout,
-            summary=f"record the outcome: {outcome}",
+            summary=summary,
         )
+        return
+    await workflow.execute_activity_method(
+        DurableActivities.finish_plan,
+        call,
+        retry_policy=retry,
+        start_to_close_timeout=timeout,
+        summary=summary,
+    )
 
 
 async def verify(signed: SignedPlan, timeout: timedelta) -> None:
-    """Verify (and store) the signed plan: every run's first activity."""
+    """Verify (and store) the signed plan: every run's first activity (local from
+    ``LOCAL_ACTIVITIES_PATCH`` on)."""
+    if local_activities():
+        await workflow.execute_local_activity_method(
+            DurableActivities.verify_plan,
+            signed,
+            retry_policy=ONCE,
+            start_to_close_timeout=timeout,
+            summary="verify the signed plan",
+        )
+        return
     await workflow.execute_activity_method(
         DurableActivities.verify_plan,
         signed,
