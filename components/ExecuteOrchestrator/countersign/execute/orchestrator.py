@@ -7,7 +7,9 @@ ledger) → the world the person saw still holds (fresh reads vs. preview finger
 resuming an execute that already wrote), under the resource locks its writes declare, held
 until the gate's last write (``locks``) → each write goes through the one write sequence
 (``steps.write_once``) on n8n → on a failed write, the writes done are undone, newest first
-(``steps.undo_writes``). Every decision is audited.
+(``steps.undo_writes``); a failed step is classified and what the policy's failure table says
+follows (``recovery``: retry a write the ledger says is ``failed``, else re-plan, compensate or
+ask, on the event stream as ``step_failure``). Every decision is audited.
 
 The checks of tokens and choices are in ``checks``, the reads again in ``views``, a gate's writes
 and their undo in ``writing``, the reconciliation from n8n's records in ``reconcile``; this module
@@ -26,7 +28,8 @@ from ulid import ULID
 
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
-from countersign.kernel import Plan, Policy, SignedPlan
+from countersign.kernel import CountersignError, Plan, Policy, SignedPlan
+from countersign.kernel.rules import failure_actions
 from countersign.n8n.executions import RecordScan
 from countersign.planwriter import PlanWriter
 from countersign.registry import Registry
@@ -49,6 +52,7 @@ from .checks import GateChecks
 from .core import WriteSpec, write_specs
 from .policy import check_policy
 from .reconcile import Reconciler
+from .recovery import Recovery
 from .state import (
     ExecuteRefusedError,
     ExecuteReport,
@@ -149,7 +153,8 @@ class Executor:
         return Views(self.recorder.plans, self._audit)
 
     def _writer(self) -> GateWriter:
-        return GateWriter(self.registry, self.writes, self.recorder.plans, self._audit)
+        recovery = Recovery(failure_actions(self.policy), self._audit)
+        return GateWriter(self.registry, self.writes, self.recorder.plans, self._audit, recovery)
 
     def _verified_for(self, document: SignedPlan | Mapping[str, Any], user_id: str) -> VerifiedPlan:
         """Signature, registry version and TTL (audited refusals), then the plan's owner."""
@@ -275,7 +280,11 @@ class Executor:
                 if not run.done and not any(_done(progress, w.step) for w in specs):
                     self._needs_token(plan, run.user_id, g)
                 return await self._views().wait_at(run, g, g_specs, prints)
-            ended = await self._pass_gate(run, g, g_specs, fresh[g], progress, prints)
+            try:
+                ended = await self._pass_gate(run, g, g_specs, fresh[g], progress, prints)
+            except CountersignError as e:  # stale, a resource held, an unknown outcome
+                self._writer().failure_seen(run, e)
+                raise
             if ended is not None:
                 return ended
         if not fresh:  # every write was done before, and nothing was approved now
@@ -306,8 +315,14 @@ class Executor:
         before: Mapping[int, Any],
         user_id: str,
     ) -> dict[int, Any]:
-        """The staleness re-check (``Views.check_stale``); the fresh reads."""
-        return await self._views().check_stale(plan, runner, reads, prints, before, user_id)
+        """The staleness re-check (``Views.check_stale``), read again where the failure table
+        retries what stopped it (``Recovery.again``); the fresh reads."""
+        recovery = Recovery(failure_actions(self.policy), self._audit)
+        return await recovery.again(
+            lambda: self._views().check_stale(plan, runner, reads, prints, before, user_id),
+            plan_id=plan.plan_id,
+            actor=user_id,
+        )
 
     # ---- durable plans --------------------------------------------------------------------------
     async def _start_durable(

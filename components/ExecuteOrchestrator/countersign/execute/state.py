@@ -62,6 +62,10 @@ class ExecuteReport:
     gate_preview: dict[str, Any] | None = None
     #: ``failed``: what changed in the reads the failed write depended on (old and new values)
     stale: list[Change] = field(default_factory=list)
+    #: ``failed``: what the failure is and what follows (``execute.recovery``): ``class``,
+    #: ``action`` (replan, compensate, ask), ``reason`` in plain words, ``step``, ``status``,
+    #: ``retry_after_s``, ``sends``, ``compensated``
+    failure: dict[str, Any] | None = None
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """One gate's writes and their undo (ExecuteOrchestrator SPEC 3c, 5 and 6): each write through the
 one write sequence (``steps.write_once``) on n8n, as the DAG allows; on a failed write every write
 of the plan done so far is undone, newest first (``steps.undo_writes``), and what moved under it is
-reported; a gate decided again first undoes what its earlier choice wrote."""
+reported; a gate decided again first undoes what its earlier choice wrote. A failed write is
+classified and sent again where the policy's failure table retries it (``recovery``); what
+follows a failure that ends the gate is on the event stream (``step_failure``) and the report."""
 
 from __future__ import annotations
 
@@ -32,10 +34,12 @@ from countersign.steps import (
     undo_writes,
     write_once,
 )
+from countersign.steps.failures import Failure, classify_error
 from countersign.storage import PlanStore
 
 from .checks import Audit
 from .core import WriteSpec
+from .recovery import Recovery, action_after
 from .state import Done, ExecuteReport, Progress, Run, gate_step, output_of
 from .views import Views
 
@@ -58,6 +62,8 @@ class GateWriter:
     writes: WriteProtocol
     plans: PlanStore
     audit: Audit
+    #: sends a failed write again where the failure table says so; None: each write once
+    recovery: Recovery | None = None
 
     def marks(self, plan: Plan) -> StepMarks:
         """Where the write sequence records the plan's step statuses (the PlanStore)."""
@@ -91,7 +97,14 @@ class GateWriter:
         async def one(step: PlanStep, known: Mapping[int, Any]) -> Any:
             args = resolved_args(step, known, run.choices)
             write = Write.of(plan.plan_id, step, args, self.registry, known)
-            outcome = await write_once(self.writes, run.runner, write, actor=run.user_id, mark=mark)
+            if self.recovery is None:
+                outcome = await write_once(
+                    self.writes, run.runner, write, actor=run.user_id, mark=mark
+                )
+            else:
+                outcome = await self.recovery.write(
+                    self.writes, run.runner, write, actor=run.user_id, mark=mark
+                )
             replay = isinstance(outcome, Replay) or outcome.verdict == "deduplicated"
             run.done.append((step, args, outcome.result))
             run.wrappers[step.step] = self._wrapper(step, args, outcome.result, replay=replay)
@@ -131,7 +144,37 @@ class GateWriter:
         run.wrappers[e.step] = ExecuteWrapper(
             provider=plan.step(e.step).uses, status="error", step=e.step, error=e.reason[:300]
         )
-        return run.report("failed", compensated=compensated, stale=changes)
+        failure = self.failure_seen(run, e, compensated=compensated)
+        return run.report("failed", compensated=compensated, stale=changes, failure=failure)
+
+    def failure_seen(
+        self, run: Run, e: Exception, *, compensated: list[int] | None = None
+    ) -> dict[str, Any] | None:
+        """Classify what stopped a step, audit it (``step_failure``: its class and what follows,
+        in plain words) and return it for the report; None when it is not a step failure or no
+        failure table is in force."""
+        failure = classify_error(e)
+        if failure is None or self.recovery is None:
+            return None
+        action = action_after(self.recovery.table, failure)
+        sends = e.sends if isinstance(e, WriteFailedError) else 1
+        step = failure.step
+        out = failure_json(failure, action, sends)
+        if compensated:
+            out["compensated"] = sorted(compensated)
+        s = run.plan.step(step) if step is not None and 1 <= step <= len(run.plan.graph) else None
+        self.audit(
+            kind="step_failure",
+            status=action,
+            actor=run.user_id,
+            plan_id=run.plan.plan_id,
+            step=step,
+            op=None if s is None else f"{s.uses}.{s.call}",
+            reason=failure.reason[:500],
+            retries=max(sends - 1, 0),
+            details=out,
+        )
+        return {**out, "step": step}
 
     async def undo(self, run: Run, done: list[Done]) -> list[int]:
         """Undo ``done`` through the write sequence (``steps.undo_writes``); the steps undone,
@@ -226,3 +269,8 @@ class GateWriter:
             step=step.step,
             status="skipped" if replay else "created",
         )
+
+
+def failure_json(failure: Failure, action: str, sends: int) -> dict[str, Any]:
+    """A failure as the event stream and the report carry it."""
+    return {**failure.to_json(), "action": action, "sends": sends}

@@ -14,6 +14,13 @@ many on a gate), a ``deny`` rule waits for the value, which the executor has. Th
 every ``gate`` rule a write matches on the gate that guards it (its ``because``), refuses a plan
 with a write a ``deny`` rule matches; the executors evaluate the rules again on the arguments as
 sent, and refuse a write a rule denies or gates when its gate does not name that rule.
+
+Failure actions (issue 26 §3, GLOBAL_SPEC §9a): what follows a failed step of each failure class
+(``steps.failures`` classifies the connector's answer) — ``retry`` with a capped backoff (only
+where the ledger says nothing happened), ``replan`` (a new revision, a new approval),
+``compensate`` (undo what was written, stop) or ``ask`` (the person, with the reason). A table of
+data like the rules: ``FailureActions``; a class it does not name is ``ask``; an outcome that is
+unknown is never retried (the table refuses it: at most once).
 """
 
 from __future__ import annotations
@@ -25,7 +32,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-__all__ = ["ArgTest", "GateRule", "RuleHit", "rule_hits"]
+__all__ = [
+    "DEFAULT_ON_FAILURE",
+    "FAILURE_CLASSES",
+    "ArgTest",
+    "FailureAction",
+    "FailureActions",
+    "FailureClass",
+    "GateRule",
+    "OnFailure",
+    "RuleHit",
+    "failure_actions",
+    "rule_hits",
+]
 
 _NUMERIC = ("gt", "ge", "lt", "le")
 
@@ -139,3 +158,92 @@ def _number(value: Any) -> Decimal | None:
 
 def _compare(name: str, n: Decimal, limit: Decimal) -> bool:
     return {"gt": n > limit, "ge": n >= limit, "lt": n < limit, "le": n <= limit}[name]
+
+
+# ---- failure actions ---------------------------------------------------------------------------
+
+FailureClass = Literal[
+    "transient",
+    "rate_limited",
+    "auth",
+    "conflict",
+    "validation",
+    "stale",
+    "unknown_outcome",
+    "provider_down",
+]
+#: every failure class, in the order the table and the docs list them
+FAILURE_CLASSES: tuple[FailureClass, ...] = (
+    "transient",
+    "rate_limited",
+    "auth",
+    "conflict",
+    "validation",
+    "stale",
+    "unknown_outcome",
+    "provider_down",
+)
+FailureAction = Literal["retry", "replan", "compensate", "ask"]
+
+
+class OnFailure(_Rule):
+    """What follows a failure of one class. ``retry``: at most ``attempts`` sends in all (the
+    first included), waiting ``backoff_s`` doubled each time (or the provider's Retry-After),
+    never longer than ``max_wait_s`` — a provider that asks for longer is asked about instead."""
+
+    then: FailureAction
+    attempts: int = Field(default=3, ge=1, le=10)
+    backoff_s: float = Field(default=0.5, ge=0.0, le=60.0)
+    max_wait_s: float = Field(default=8.0, ge=0.0, le=300.0)
+
+    def wait_s(self, sent: int, retry_after_s: float | None) -> float | None:
+        """How long to wait before send number ``sent + 1``; None: do not send again (not a
+        retry, attempts used up, or the provider asks for longer than ``max_wait_s``)."""
+        if self.then != "retry" or sent >= self.attempts:
+            return None
+        if retry_after_s is not None:
+            return float(retry_after_s) if 0 <= retry_after_s <= self.max_wait_s else None
+        return min(self.backoff_s * 2.0 ** (sent - 1), self.max_wait_s)
+
+
+class FailureActions(_Rule):
+    """The failure table: class → ``OnFailure`` (a class not named: ``ask``)."""
+
+    classes: dict[FailureClass, OnFailure] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _at_most_once(self) -> FailureActions:
+        held = self.classes.get("unknown_outcome")
+        if held is not None and held.then == "retry":
+            raise ValueError(
+                "unknown_outcome cannot be retried: the write may have happened (at most once); "
+                "use ask (a person or the reconciler settles it) or compensate"
+            )
+        return self
+
+    def action(self, cls: FailureClass) -> OnFailure:
+        """What follows a failure of ``cls``."""
+        return self.classes.get(cls) or OnFailure(then="ask")
+
+
+#: the table a policy has unless it says otherwise
+DEFAULT_ON_FAILURE = FailureActions.model_validate(
+    {
+        "classes": {
+            "transient": {"then": "retry", "attempts": 3, "backoff_s": 0.5, "max_wait_s": 4},
+            "provider_down": {"then": "retry", "attempts": 3, "backoff_s": 1, "max_wait_s": 4},
+            "rate_limited": {"then": "retry", "attempts": 3, "backoff_s": 1, "max_wait_s": 10},
+            "conflict": {"then": "replan"},
+            "stale": {"then": "replan"},
+            "auth": {"then": "ask"},
+            "validation": {"then": "ask"},
+            "unknown_outcome": {"then": "ask"},
+        }
+    }
+)
+
+
+def failure_actions(policy: object) -> FailureActions:
+    """The failure table of ``policy`` (its ``on_failure``), or the default one."""
+    table = getattr(policy, "on_failure", None)
+    return table if isinstance(table, FailureActions) else DEFAULT_ON_FAILURE

@@ -1,6 +1,7 @@
 """The one small HTTP server every sandbox service runs on (stdlib ``http.server``, a thread per
-request): JSON in, JSON or HTML out, the sandbox label on every answer (SPEC §Labelled), and
-``GET /healthz``. A service is a ``route`` function from a ``Request`` to an ``Answer``."""
+request): JSON in, JSON or HTML out, the sandbox label on every answer (SPEC §Labelled),
+``GET /healthz``, and the fault switch (``sandbox.faults``: ``/_sandbox/faults`` arms the next
+answers to fail). A service is a ``route`` function from a ``Request`` to an ``Answer``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 from countersign.kernel.process import free_port
 
 from .core import mark_sandbox
+from .faults import FAULTS_PATH, Fault, Faults
 
 __all__ = ["Answer", "JsonServer", "Request", "Route", "Served", "free_port", "page_or_admin"]
 
@@ -44,6 +46,7 @@ class Answer:
     status: int
     body: Any = None
     html: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 Route = Callable[[Request], Answer]
@@ -80,7 +83,9 @@ class JsonServer:
         quiet: bool = True,
     ) -> None:
         self.what = what
-        self._server = ThreadingHTTPServer((host, port), _handler(route, what, quiet))
+        #: the fault switch (``sandbox.faults``): armed answers, and every request seen
+        self.faults = Faults()
+        self._server = ThreadingHTTPServer((host, port), _handler(route, what, quiet, self.faults))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -134,6 +139,11 @@ class Served(Generic[T]):
         """Where it answers."""
         return self.server.url
 
+    @property
+    def faults(self) -> Faults:
+        """Its fault switch (``sandbox.faults``)."""
+        return self.server.faults
+
     def shutdown(self) -> None:
         """Stop serving and close the socket (idempotent)."""
         if self._on_stop is not None:
@@ -156,7 +166,7 @@ class Served(Generic[T]):
         self.shutdown()
 
 
-def _handler(route: Route, what: str, quiet: bool) -> type[BaseHTTPRequestHandler]:
+def _handler(route: Route, what: str, quiet: bool, faults: Faults) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _any(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -167,16 +177,28 @@ def _handler(route: Route, what: str, quiet: bool) -> type[BaseHTTPRequestHandle
                 body = {}
             if self.command == "GET" and parts.path == "/healthz":
                 answer = Answer(200, {"ok": True, "service": what})
+            elif parts.path == FAULTS_PATH:
+                answer = Answer(*faults.admin(self.command, body))
             else:
-                answer = route(
-                    Request(
-                        method=self.command,
-                        path=parts.path,
-                        query=dict(parse_qsl(parts.query)),
-                        body=body,
-                        headers=dict(self.headers.items()),
+                fault = faults.take(self.command, parts.path)
+                if fault is None or fault.act:
+                    answer = route(
+                        Request(
+                            method=self.command,
+                            path=parts.path,
+                            query=dict(parse_qsl(parts.query)),
+                            body=body,
+                            headers=dict(self.headers.items()),
+                        )
                     )
-                )
+                if fault is not None:
+                    if fault.drop:  # the connection closes with no answer at all
+                        self.close_connection = True
+                        return
+                    answer = _faulty(fault)
+            self._send(answer)
+
+        def _send(self, answer: Answer) -> None:
             if answer.html is not None:
                 data, kind = answer.html.encode(), "text/html; charset=utf-8"
             else:
@@ -188,6 +210,8 @@ def _handler(route: Route, what: str, quiet: bool) -> type[BaseHTTPRequestHandle
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.send_header("X-Countersign-Sandbox", "true")
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
 
@@ -198,3 +222,8 @@ def _handler(route: Route, what: str, quiet: bool) -> type[BaseHTTPRequestHandle
                 super().log_message(format, *args)
 
     return Handler
+
+
+def _faulty(fault: Fault) -> Answer:
+    status, body, headers = fault.answer()
+    return Answer(status, body, headers=headers)

@@ -20,7 +20,9 @@ what the attempt means is decided here, by ``classify``, and nowhere else:
   person says what happened).
 
 A runtime never re-sends a write on its own; re-sending is only ever a new claim of a key the
-ledger says is ``failed``.
+ledger says is ``failed``. What a failure *is* (transient, rate limited, auth, conflict, …) and
+what follows it is ``steps.failures`` and the policy's failure table: ``WriteFailedError`` carries
+the attempt it was decided on.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class Attempt:
     output: Any = None
     #: what happened, for the ledger and the audit (no secrets, no person content)
     detail: str = ""
+    #: the provider's answer headers a runtime passes on (``Retry-After``; names any case)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def not_sent(cls, detail: str) -> Attempt:
@@ -119,11 +123,18 @@ class WriteFailedError(CountersignError):
 
     code = "write_failed"
 
-    def __init__(self, step: int, reason: str, *, sent: bool) -> None:
+    def __init__(
+        self, step: int, reason: str, *, sent: bool, attempt: Attempt | None = None
+    ) -> None:
         super().__init__(f"step {step} failed: {reason}")
         self.step = step
         self.reason = reason
         self.sent = sent
+        #: the attempt the verdict was decided on (``steps.failures`` classifies it)
+        self.attempt = attempt
+        #: how many times the write was sent under its key before this failure (a runtime that
+        #: retries a ``failed`` key counts them)
+        self.sends = 1
 
 
 @dataclass(frozen=True)
@@ -253,7 +264,9 @@ class WriteProtocol:
         self.ledger.fail(ticket.key, reason[:300], owner=self.owner)
         ms = int((self.clock() - ticket.started) * 1000)
         self.audit(self._row(ticket, "step_failed", "error", latency_ms=ms, reason=reason[:500]))
-        return WriteFailedError(ticket.step, reason, sent=attempt.kind != "not_sent")
+        return WriteFailedError(
+            ticket.step, reason, sent=attempt.kind != "not_sent", attempt=attempt
+        )
 
     def compensated(
         self, *, plan_id: str, original: int, op: str, actor: str, status: str, reason: str | None
