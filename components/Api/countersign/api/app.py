@@ -32,8 +32,21 @@ from .openapi import document_problems
 from .pages import STATIC
 from .problems import extras_for, problem, status_for
 from .responses import problem_response
-from .routes import audit, auth, codec, events, gates, health, intents, memory, pages, plans
+from .routes import (
+    audit,
+    auth,
+    codec,
+    events,
+    gates,
+    health,
+    intents,
+    memory,
+    pages,
+    plans,
+    settle,
+)
 from .routes import registry as registry_routes
+from .services.settle import SETTLE_EVERY_S, SettleDesk
 from .users import UserStore
 from .wiring import Services
 
@@ -53,7 +66,7 @@ def create_app(services: Services, users: UserStore, config: ApiConfig | None = 
     app.router.route_class = StrictJsonRoute
     metrics = Metrics()
     app.state.services, app.state.users, app.state.config = services, users, cfg
-    app.state.limiter = RateLimiter(cfg.rate_limit_per_min)
+    app.state.limiter = RateLimiter(cfg.rate_limit_per_min, users)  # shared through Postgres
     app.state.hub = EventHub(cfg.listen_dsn) if cfg.listen_dsn else None
     app.state.metrics = metrics
     app.add_exception_handler(CountersignError, _countersign_error)  # type: ignore[arg-type]
@@ -61,7 +74,7 @@ def create_app(services: Services, users: UserStore, config: ApiConfig | None = 
     app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]
     app.add_middleware(Measure, histogram=metrics.latency)
     app.add_middleware(CodecCors, origin=cfg.codec_origin)
-    for module in (intents, plans, memory, gates, events, auth):
+    for module in (intents, plans, memory, gates, events, auth, settle):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     for module in (pages, codec, audit, registry_routes, health):
@@ -91,6 +104,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             if cfg.reconcile_every_s > 0:
                 passes = asyncio.create_task(reconciler.passes(cfg.reconcile_every_s))
                 stack.push_async_callback(_stop_task, passes)
+        if cfg.runtime is not None and cfg.reconcile_every_s > 0:
+            # interactive executes cut short (n8n or an API died mid-write) are settled from
+            # evidence, at start and then every few seconds (ExecuteOrchestrator SPEC 10)
+            loop = SettleDesk(services.runtime, services.views, services.events).loop()
+            every = min(SETTLE_EVERY_S, cfg.reconcile_every_s)
+            settling = asyncio.create_task(loop.passes(every))
+            stack.push_async_callback(_stop_task, settling)
         if hub is not None:
             await hub.start()
             stack.push_async_callback(hub.stop)

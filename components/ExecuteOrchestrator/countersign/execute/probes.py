@@ -1,0 +1,51 @@
+"""Provider reads by a write's natural key, for settling an ``unknown`` write when n8n's record
+cannot say (ExecuteOrchestrator SPEC 10): a read of the one thing the write would have made,
+never a re-send.
+
+- ``caldav.create_event``: GET the event's ``.ics`` by its UID in the user's calendar
+  (200: the event is there → ``completed``; 404: it is not → ``failed``; else ``unknown``).
+
+A probe answers ``(completed | failed | unknown, output)``; the output of a ``completed`` one is
+what the ledger keeps as the write's output. Ops without a probe stay ``unknown`` for a person.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from countersign.kernel import PlanStep
+
+__all__ = ["Probe", "caldav_event", "default_probes"]
+
+#: ``(step, its resolved args, the connector settings)`` → ``(verdict, output)``
+Probe = Callable[[PlanStep, Mapping[str, Any], Mapping[str, str]], Awaitable[tuple[str, Any]]]
+
+
+async def caldav_event(
+    step: PlanStep, args: Mapping[str, Any], settings: Mapping[str, str]
+) -> tuple[str, Any]:
+    """Is the event with the write's UID in the user's calendar? (a GET, nothing written)"""
+    base = settings.get("caldav_base_url", "").rstrip("/")
+    user, uid = args.get("user"), args.get("uid")
+    if not base or not isinstance(user, str) or not isinstance(uid, str):
+        return "unknown", None
+    url = f"{base}/{quote(user, safe='@')}/calendar/{quote(uid, safe='@')}.ics"
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            r = await client.get(url)
+    except httpx.HTTPError:
+        return "unknown", None
+    if r.status_code == 200 and uid in r.text:
+        return "completed", {"status": 201}
+    if r.status_code == 404:
+        return "failed", None
+    return "unknown", None
+
+
+def default_probes() -> dict[str, Probe]:
+    """The probes this build knows, by ``connector.op``."""
+    return {"caldav.create_event": caldav_event}
