@@ -106,6 +106,12 @@ class Settings(BaseSettings):
     signing_key: SecretStr | None = None
     signing_key_id: str = "env"
     database_url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
+    #: OpenTelemetry: the OTLP/HTTP collector spans are exported to (e.g.
+    #: ``http://127.0.0.1:4318``; ``/v1/traces`` is added); unset = no tracing, the no-op tracer
+    #: (Kernel SPEC, traces)
+    otlp_endpoint: str | None = None
+    #: the level of the JSON log lines on stderr (Kernel SPEC, logs)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @property
     def temporal_ui(self) -> str | None:
