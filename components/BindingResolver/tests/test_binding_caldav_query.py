@@ -4,6 +4,8 @@ collection, recurring series included."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -94,6 +96,14 @@ def test_multistatus_gives_objects_and_versions() -> None:
 def test_an_unreadable_answer_is_an_error_never_free_time(text: str) -> None:
     with pytest.raises(CalendarError):
         normalize_output("ics_busy", {"statusCode": 207, "body": text}, {})
+
+
+@pytest.mark.parametrize("body", ["", "  ", {"busy": []}, ["x"], 3])
+def test_an_empty_207_or_an_answer_that_is_not_text_is_an_error(body: Any) -> None:
+    """n8n's autodetected format gives a JSON answer as an object: not a calendar, not free."""
+    status = 207 if isinstance(body, str) else 200
+    with pytest.raises(CalendarError):
+        normalize_output("ics_busy", {"statusCode": status, "body": body}, {})
 
 
 # ---- the real server -----------------------------------------------------------------------

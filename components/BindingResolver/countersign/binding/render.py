@@ -20,7 +20,7 @@ from countersign.kernel import BindingError
 
 from .caldav import CALDAV_QUERY, caldav_busy, caldav_query, is_multistatus
 from .core import BoundNode, DataBinding
-from .ics import ics_busy, ics_event, is_address
+from .ics import CalendarError, ics_busy, ics_event, is_address
 
 __all__ = [
     "BINARY",
@@ -267,7 +267,7 @@ def normalize_output(kind: str, item: Mapping[str, Any], args: Mapping[str, Any]
             "text": body if isinstance(body, str) else json.dumps(body),
         }
     if kind == "ics_busy":
-        return _busy(body if isinstance(body, str) else "", item.get("statusCode"), args)
+        return _busy(body, item.get("statusCode"), args)
     if isinstance(body, str):
         try:
             return json.loads(body)
@@ -276,10 +276,16 @@ def normalize_output(kind: str, item: Mapping[str, Any], args: Mapping[str, Any]
     return dict(body) if isinstance(body, Mapping) else body
 
 
-def _busy(text: str, status: Any, args: Mapping[str, Any]) -> dict[str, Any]:
+def _busy(body: Any, status: Any, args: Mapping[str, Any]) -> dict[str, Any]:
     """A calendar read's output: from a calendar-query REPORT's multistatus (the window's objects
-    and their versions) or from iCalendar text (a whole collection, the GET of old)."""
+    and their versions; a 207 must be one) or from iCalendar text (a whole collection, the GET of
+    old). An answer that is not text (a JSON object, say) is unreadable, never free time."""
+    if body is None:
+        body = ""
+    if not isinstance(body, str):
+        raise CalendarError(f"read busy times: the answer is {type(body).__name__}, not text")
     lo, hi = args.get("time_min"), args.get("time_max")
-    if is_multistatus(text):
+    text = body
+    if status == 207 or is_multistatus(text):
         return caldav_busy(text, status, time_min=lo, time_max=hi)
     return {"status": status, "busy": ics_busy(text, time_min=lo, time_max=hi)}
