@@ -28,6 +28,7 @@ from .config import ApiConfig
 from .deps import RateLimiter
 from .events import EventHub
 from .metrics import Measure, Metrics
+from .observe import Observe
 from .openapi import document_problems
 from .pages import STATIC
 from .problems import extras_for, problem, status_for
@@ -61,6 +62,8 @@ def create_app(services: Services, users: UserStore, config: ApiConfig | None = 
         version="1",
         summary="Signed plans, read-only previews, approvals bound to the plan.",
         lifespan=_lifespan,
+        # the request's span is Observe's: FastAPI's own would record the query (a login token)
+        telemetry={"tracing": False},
     )
     # every JSON body is read by the strict loader before FastAPI validates it (GLOBAL_SPEC §11a)
     app.router.route_class = StrictJsonRoute
@@ -74,6 +77,7 @@ def create_app(services: Services, users: UserStore, config: ApiConfig | None = 
     app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]
     app.add_middleware(Measure, histogram=metrics.latency)
     app.add_middleware(CodecCors, origin=cfg.codec_origin)
+    app.add_middleware(Observe)  # outermost: the request's log line and span (Api SPEC)
     for module in (intents, plans, memory, gates, events, auth, settle):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
