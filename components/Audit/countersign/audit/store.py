@@ -35,6 +35,7 @@ from countersign.kernel import (
     parse_contract,
     sha256_hex,
 )
+from countersign.kernel.logs import get_logger
 
 __all__ = [
     "ZERO_HASH",
@@ -48,6 +49,7 @@ __all__ = [
 ]
 
 ZERO_HASH = "0" * 64
+_LOG = get_logger("countersign.audit")
 _FORBIDDEN = re.compile(
     r"(token|password|secret|api_?key|seed|private|body|content)$", re.IGNORECASE
 )
@@ -158,6 +160,30 @@ def _content(ts: str, e: dict[str, Any]) -> dict[str, Any]:
         "retries": e.get("retries", 0),
         "details": e.get("details", {}),
     }
+
+
+def _log_appended(entries: Sequence[PreparedEntry], last: int) -> None:
+    """One log line per appended row: the plan's event as its record says (Audit SPEC, logs);
+    in the caller's transaction, so a row rolled back afterwards was logged as appended."""
+    for seq, e in enumerate(entries, last - len(entries) + 1):
+        p = e.params
+        details = str(p["details"])
+        gate = json.loads(details).get("gate_id") if '"gate_id"' in details else None
+        fields = {
+            "plan_id": p["plan_id"],
+            "step": p["step"],
+            "op": p["op"],
+            "gate": gate,
+            "reason": p["reason"],
+            "latency_ms": p["latency_ms"],
+        }
+        _LOG.info(
+            "audit." + str(p["kind"]),
+            seq=seq,
+            status=p["status"],
+            retries=p["retries"],
+            **{k: v for k, v in fields.items() if v is not None},
+        )
 
 
 _APPEND = text(
@@ -313,6 +339,7 @@ class AuditLog:
             ).scalar_one_or_none()
             if one is None:
                 raise AuditHeadMissingError(_NO_HEAD)
+            _log_appended(entries, int(one))
             return [int(one)]
         rows = [
             {**e.params, "i": i, "content_hash": e.content_hash} for i, e in enumerate(entries, 1)
@@ -323,6 +350,7 @@ class AuditLog:
         ).scalar_one_or_none()
         if last is None:
             raise AuditHeadMissingError(_NO_HEAD)
+        _log_appended(entries, int(last))
         return list(range(int(last) - len(entries) + 1, int(last) + 1))
 
     def rows(

@@ -11,10 +11,13 @@ from sqlalchemy import Connection
 
 from countersign.audit import AuditLog
 from countersign.kernel import CountersignError, SignatureError, SignedPlan
+from countersign.kernel.tracing import inject_trace_headers
 from countersign.n8n import N8nApiError, N8nClient
 from countersign.signer import VerifiedPlan
 from countersign.storage import Database, PlanStore
 from countersign.workflowbuilder import StepWorkflow
+
+from .http import observed
 
 __all__ = ["N8nTransport", "StoreRecorder"]
 
@@ -64,22 +67,41 @@ class N8nTransport:
     async def call(
         self, path: str, body: Mapping[str, Any], *, write: bool = False
     ) -> Mapping[str, Any]:
-        """Call the step webhook; the node's output item (``write``: see ``N8nClient``)."""
+        """Call the step webhook; the node's output item (``write``: see ``N8nClient``). Logged
+        and traced (``n8n.call``; the trace goes on in the call's ``traceparent`` header)."""
         self.calls += 1
-        out = await self.client.call_webhook(
-            path, dict(body), headers=self._headers or None, write=write
-        )
+        with observed("n8n.call", webhook=path, write=write, **_plan_fields(body)) as line:
+            headers = inject_trace_headers(dict(self._headers))
+            out = await self.client.call_webhook(
+                path, dict(body), headers=headers or None, write=write
+            )
+            line["status"] = "ok"
         return out if isinstance(out, Mapping) else {"body": out}
 
     async def call_batch(self, path: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         """Call a batch workflow's webhook (reads only: re-sent like any read); its items."""
         self.calls += 1
-        out = await self.client.call_webhook(path, dict(body), headers=self._headers or None)
+        with observed("n8n.call", webhook=path, batch=True, **_plan_fields(body)) as line:
+            headers = inject_trace_headers(dict(self._headers))
+            out = await self.client.call_webhook(path, dict(body), headers=headers or None)
+            line["status"] = "ok"
         if not isinstance(out, list) or not all(isinstance(i, Mapping) for i in out):
             raise N8nApiError(
                 f"batch webhook {path}", 200, f"expected a list of items, got {str(out)[:200]}"
             )
         return out
+
+
+def _plan_fields(body: Mapping[str, Any]) -> dict[str, str | int | bool | None]:
+    """The plan and step a webhook body names (``{"plan": {"plan_id", "step"}}``), for the log."""
+    plan = body.get("plan")
+    if not isinstance(plan, Mapping):
+        return {}
+    step = plan.get("step")
+    return {
+        "plan_id": str(plan.get("plan_id")),
+        "step": step if isinstance(step, int) else None,
+    }
 
 
 def _plan_id_of(document: SignedPlan | Mapping[str, Any]) -> str | None:

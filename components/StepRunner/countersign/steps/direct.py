@@ -35,7 +35,7 @@ from countersign.kernel import (
 )
 from countersign.registry import Registry
 
-from .http import HttpCall, http_call, send
+from .http import HttpCall, http_call, observed, send
 from .sequence import Write
 from .writes import Attempt
 
@@ -117,6 +117,12 @@ class DirectSender:
         return msg
 
     def _send_mail(self, msg: EmailMessage) -> Attempt:
+        with observed("provider.request", method="SMTP", host=self.settings["smtp_host"]) as out:
+            attempt = self._send_mail_once(msg)
+            out["status"] = attempt.kind
+        return attempt
+
+    def _send_mail_once(self, msg: EmailMessage) -> Attempt:
         try:
             s = self.smtp(self.settings["smtp_host"], int(self.settings["smtp_port"]), timeout=30)
         except OSError as e:  # refused, unknown host, timeout: the message never left

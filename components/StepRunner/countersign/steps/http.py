@@ -6,22 +6,34 @@ Durable steps run as Temporal activities, and the execute-time staleness re-chec
 rendered by ``countersign.binding.render_data`` — the same bytes n8n would send
 (tests/test_e2e_http_parity.py).
 It sits in StepRunner so that both runtimes share the one request builder.
+
+Every request sent here, and every call the step runtimes make to another process
+(``observed``), is one log line (``latency_ms``, ``status``; the provider's host, never its path,
+query or body) and, when tracing is on, one client span (StepRunner SPEC, logs and traces).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
+from opentelemetry import trace
 
 from countersign.binding import BoundNode
-from countersign.kernel import BindingError, ascii_digits
+from countersign.kernel import BindingError, CountersignError, ascii_digits
+from countersign.kernel.logs import get_logger
+from countersign.kernel.tracing import tracer, tracing_enabled
 
-__all__ = ["HttpCall", "asend", "http_call", "send"]
+__all__ = ["HttpCall", "asend", "http_call", "observed", "send"]
+
+_LOG = get_logger("countersign.steps")
+_TRACER = tracer("countersign.steps")
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,44 @@ def _component(text: str) -> str:
     return quote(text, safe="")
 
 
+@contextmanager
+def observed(event: str, **fields: str | int | bool | None) -> Iterator[dict[str, Any]]:
+    """Around one call to another process: a client span named ``event`` (tracing on) and, at
+    the end, one log line ``event`` with ``fields``, ``latency_ms`` and what the block put in
+    the yielded dict (``status`` …); an exception is logged as ``status: error`` and its class
+    (a ``CountersignError``'s code) and raised on."""
+    out: dict[str, Any] = {}
+    start = time.perf_counter()
+    span = (
+        _TRACER.start_as_current_span(event, kind=trace.SpanKind.CLIENT)
+        if tracing_enabled()
+        else None
+    )
+    current = span.__enter__() if span is not None else None
+    failure: BaseException | None = None
+    try:
+        yield out
+    except BaseException as e:
+        failure = e
+        out.update(
+            status="error", error=e.code if isinstance(e, CountersignError) else type(e).__name__
+        )
+        raise
+    finally:
+        line = {k: v for k, v in {**fields, **out}.items() if v is not None}
+        if current is not None and span is not None:
+            for k, v in line.items():
+                current.set_attribute(f"countersign.{k}", v)
+            if failure is not None:
+                current.set_status(trace.StatusCode.ERROR)
+            span.__exit__(None, None, None)
+        _LOG.info(event, latency_ms=round((time.perf_counter() - start) * 1000, 1), **line)
+
+
+def _provider(req: HttpCall) -> dict[str, str | int | bool | None]:
+    return {"method": req.method, "host": urlsplit(req.url).netloc}
+
+
 def send(
     req: HttpCall, *, timeout: float = 30.0, client: httpx.Client | None = None
 ) -> httpx.Response:
@@ -121,18 +171,25 @@ def send(
     n8n does (RFC 3986: a space is %20, not +); httpx's ``params`` would replace the
     URL's query and encode differently. ``client``: a long-lived client to send through
     (``httpx.request`` builds a client and its TLS context per call, ~40 ms of CPU)."""
-    if client is not None:
-        return client.request(
-            req.method, _url(req), headers=req.headers, content=req.content, timeout=timeout
-        )
-    return httpx.request(
-        req.method, _url(req), headers=req.headers, content=req.content, timeout=timeout
-    )
+    with observed("provider.request", **_provider(req)) as out:
+        if client is not None:
+            r = client.request(
+                req.method, _url(req), headers=req.headers, content=req.content, timeout=timeout
+            )
+        else:
+            r = httpx.request(
+                req.method, _url(req), headers=req.headers, content=req.content, timeout=timeout
+            )
+        out["status"] = r.status_code
+        return r
 
 
 async def asend(client: httpx.AsyncClient, req: HttpCall) -> httpx.Response:
     """``send`` on an async client (its connections are reused): the same bytes."""
-    return await client.request(req.method, _url(req), headers=req.headers, content=req.content)
+    with observed("provider.request", **_provider(req)) as out:
+        r = await client.request(req.method, _url(req), headers=req.headers, content=req.content)
+        out["status"] = r.status_code
+        return r
 
 
 def _url(req: HttpCall) -> str:
