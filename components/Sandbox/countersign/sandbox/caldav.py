@@ -8,11 +8,13 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from html import escape
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
@@ -24,7 +26,10 @@ from .core import BANNER, DEMO_PEOPLE, BusyBlock, demo_busy, ics_calendar, ics_s
 from .http import free_port
 
 __all__ = [
+    "CaldavRequest",
+    "CountingProxy",
     "Radicale",
+    "counting_proxy",
     "radicale_command",
     "seed_demo_calendars",
     "serve_radicale",
@@ -73,6 +78,14 @@ class Radicale:
         )
         if r.status_code not in (201, 204):
             raise ServiceError(f"PUT event {uid} for {user}: {r.status_code} {r.text[:200]}")
+
+    def store_events(self, user: str, objects: dict[str, str]) -> None:
+        """Write calendar objects (UID → iCalendar text) straight into ``user``'s collection
+        folder — thousands in a second, for benches; the calendar must exist
+        (``make_calendar``). Radicale reads the folder on its next request."""
+        folder = self.folder / "collection-root" / user / "calendar"
+        for uid, text in objects.items():
+            (folder / f"{uid}.ics").write_text(text, encoding="utf-8", newline="")
 
     def events(self, user: str) -> list[str]:
         """The ``.ics`` items in ``user``'s calendar (by file name)."""
@@ -155,3 +168,91 @@ def seed_demo_calendars(
     for b in blocks:
         server.add_event(b.person, b.uid, ics_stamp(b.start), ics_stamp(b.end), b.summary)
     return blocks
+
+
+@dataclass(frozen=True)
+class CaldavRequest:
+    """One request a ``CountingProxy`` passed on: method, path, Depth, whether a REPORT asked
+    for calendar data (a read) or etags only (a revalidation), the answer's status."""
+
+    method: str
+    path: str
+    depth: str | None
+    calendar_data: bool
+    status: int
+
+
+@dataclass
+class CountingProxy:
+    """An HTTP proxy in front of a CalDAV server that records every request (tests and benches
+    count what a read or a re-check costs the provider). ``base_url`` replaces the server's."""
+
+    target: str
+    base_url: str = ""
+    requests: list[CaldavRequest] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, request: CaldavRequest) -> None:
+        """Append one request (thread-safe)."""
+        with self._lock:
+            self.requests.append(request)
+
+    def take(self) -> list[CaldavRequest]:
+        """The requests recorded since the last ``take``."""
+        with self._lock:
+            out, self.requests = self.requests, []
+        return out
+
+
+def _handler(proxy: CountingProxy, client: httpx.Client) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _forward(self) -> None:
+            size = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(size) if size else b""
+            skip = {"host", "content-length", "connection"}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+            r = client.request(
+                self.command, proxy.target + self.path, headers=headers, content=body
+            )
+            proxy.record(
+                CaldavRequest(
+                    method=self.command,
+                    path=self.path,
+                    depth=self.headers.get("Depth"),
+                    calendar_data=b"calendar-data" in body,
+                    status=r.status_code,
+                )
+            )
+            self.send_response(r.status_code)
+            for k, v in r.headers.items():
+                if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(r.content)))
+            self.end_headers()
+            self.wfile.write(r.content)
+
+        do_GET = do_PUT = do_DELETE = do_REPORT = do_PROPFIND = do_MKCOL = _forward  # noqa: N815
+        do_MKCALENDAR = do_OPTIONS = do_HEAD = do_POST = _forward  # noqa: N815
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet."""
+
+    return Handler
+
+
+@contextlib.contextmanager
+def counting_proxy(target: str) -> Iterator[CountingProxy]:
+    """A ``CountingProxy`` to ``target`` on a loopback port until the block ends."""
+    proxy = CountingProxy(target=target)
+    with httpx.Client(timeout=60) as client:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(proxy, client))
+        proxy.base_url = f"http://127.0.0.1:{server.server_address[1]}"
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield proxy
+        finally:
+            server.shutdown()
+            server.server_close()
