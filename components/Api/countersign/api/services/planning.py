@@ -3,7 +3,10 @@
 A structured intent is filled (id, time, user), given ContextRAG's evidence, planned, signed,
 verified and stored with its ``plan_signed`` event, then previewed; a revision is the plan's intent
 with entities changed, planned and signed anew and linked to the plan it revises (``plan_revised``
-on both). What a plan was made from (its evidence) goes back with it: its hash is signed.
+on both). What a plan was made from (its evidence) goes back with it: its hash is signed. A step
+failure whose action in the policy's failure table is ``replan`` (a conflict, a stale world) makes
+a revision the same way, its reason ``failure`` with the class (``after_failure``); the person
+approves it anew — an approval never carries over.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from ulid import ULID
 
 from countersign.audit import AuditLog
 from countersign.contextrag import MemoryStore
+from countersign.execute.recovery import action_after
 from countersign.kernel import (
     CountersignError,
     Evidence,
@@ -29,9 +33,11 @@ from countersign.kernel import (
     format_utc,
     parse_contract,
 )
+from countersign.kernel.rules import failure_actions
 from countersign.planner import make_plan
 from countersign.signer import KeyRing, sign_plan, verify_signed_plan
 from countersign.steps import StoreRecorder
+from countersign.steps.failures import classify_error
 from countersign.storage import Database
 
 from ..errors import UserMismatchError
@@ -77,6 +83,10 @@ class Planning:
     signer_name: str = "planner@system"
     #: the context budget of intents read from chat (T1–T5; T5 still needs recorded consent)
     chat_context_budget: int = 5
+
+    def __post_init__(self) -> None:
+        # a failed execute's re-plan is a revision made here (Runs has no planner)
+        self.runs.after_failure = self.after_failure
 
     def intent_from(self, body: Mapping[str, Any], user_id: str) -> Intent:
         """A structured intent from a request body; the server fills id, time and user."""
@@ -205,6 +215,40 @@ class Planning:
         out = await self._linked(plan_id, proposal, user_id, ["evidence"], why)
         out.body["dropped"] = dropped
         return out
+
+    async def after_failure(
+        self,
+        plan_id: str,
+        user_id: str,
+        failure: Mapping[str, Any] | None,
+        error: BaseException | None,
+        *,
+        observe: Observe = unobserved,
+    ) -> str | None:
+        """After a failed execute: when the failure table says ``replan`` (``failure``, the
+        report's, or the class of ``error``), the same request planned again with fresh evidence
+        as a revision whose reason is the failure. Its plan id, or None (another action, or a
+        re-plan that could not be made: the failure stands as it is)."""
+        if failure is None and error is not None:
+            found = classify_error(error)
+            if found is None:
+                return None
+            action = action_after(failure_actions(self.policy), found)
+            failure = {**found.to_json(), "action": action, "step": found.step}
+        if failure is None or failure.get("action") != "replan":
+            return None
+        why = {
+            "reason": "failure",
+            "failure": {k: failure[k] for k in ("class", "reason", "step") if k in failure},
+        }
+        try:
+            body = await asyncio.to_thread(self.replan_body, plan_id, user_id)
+            proposal = await self.propose(body, user_id, observe=observe)
+        except CountersignError:
+            return None  # the plan cannot be planned again now; the failure is on its card
+        child = proposal.body.get("plan_id")
+        await self._linked(plan_id, proposal, user_id, ["failure"], why)
+        return str(child) if child else None
 
     async def _linked(
         self,

@@ -77,6 +77,8 @@ def _node(
     }
     if why.get("dropped"):
         out["dropped"] = list(why["dropped"])
+    if isinstance(why.get("failure"), Mapping):  # re-planned after a failure: its class, words
+        out["failure"] = dict(why["failure"])
     children = []
     for child, details in _revised_by(events):
         node = _node(views, child, user_id, current, details, budget, visited)

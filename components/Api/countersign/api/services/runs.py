@@ -3,14 +3,15 @@
 A preview runs the plan's reads (read-only, on the step runtime); an execute spends the gate
 tokens and runs the writes (ExecuteOrchestrator), or hands durable ones to Temporal; a cancel
 ends the plan — through Temporal's own cancellation for a run there. Each is refused for a plan
-that was cancelled; a cancel is refused for a plan that already ended.
+that was cancelled; a cancel is refused for a plan that already ended. A failed execute is handed
+to ``after_failure`` (``Planning.after_failure``: the failure table's re-plan makes a revision).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from countersign.audit import AuditLog
 from countersign.execute import ExecuteReport
 from countersign.intake import Contact
+from countersign.kernel import CountersignError
 from countersign.preview import run_preview
 from countersign.signer import KeyRing
 from countersign.steps import StoreRecorder
@@ -30,7 +32,12 @@ from .durable import DurableLink
 from .runtime import Runtime
 from .views import PlanViews
 
-__all__ = ["Runs"]
+__all__ = ["AfterFailure", "Runs"]
+
+#: hears a failed execute: (plan id, user, the report's failure or None, the error raised or None)
+AfterFailure = Callable[
+    [str, str, Mapping[str, Any] | None, BaseException | None], Awaitable[str | None]
+]
 
 
 @dataclass
@@ -49,6 +56,9 @@ class Runs:
     #: the caller's contacts, to name the people whose calendars were read (``Chat.people``;
     #: None: people are named by their address)
     people: Callable[[str], Sequence[Contact]] | None = None
+    #: what follows a failed execute (set by ``Planning``: a re-plan makes a revision); returns
+    #: the revision's plan id when one was made
+    after_failure: AfterFailure | None = None
 
     async def preview(self, plan_id: str, user_id: str) -> dict[str, Any]:
         """Run the read-only preview (on n8n); the Preview wrapper, with ``shown``: what the card
@@ -87,7 +97,14 @@ class Runs:
         person never stops watching while they look at the revised card)."""
         document = self.views.document(plan_id, user_id)
         self.views.not_cancelled(plan_id)
-        report = await self.runtime.executor.execute(document, user_id=user_id, tokens=tokens)
+        try:
+            report = await self.runtime.executor.execute(document, user_id=user_id, tokens=tokens)
+        except CountersignError as e:  # stale, a resource held, an unknown outcome: said, raised
+            if self.after_failure is not None:
+                await self.after_failure(plan_id, user_id, None, e)
+            raise
+        if report.failure is not None and self.after_failure is not None:
+            await self.after_failure(plan_id, user_id, report.failure, None)
         parent = self.views.parent_of(plan_id)
         if report.status == "handed_off" and parent is not None:
             with contextlib.suppress(PlanCancelledError, DurableUpdateError):  # ended already

@@ -175,6 +175,64 @@ function note(planId, text, state = stateOf(text)) {
   return true;
 }
 
+// a failed step in words (issue 26 §3): what the failure is (its class) and what follows (the
+// policy's action) — from the plan's event stream (step_failure, step_retry, plan_revised)
+const FAILURE_WORDS = {
+  transient: "a passing error at the provider",
+  rate_limited: "the provider asked us to slow down",
+  auth: "the provider refused the sign-in",
+  conflict: "it conflicts with something already there",
+  validation: "the provider refused the request as it was",
+  stale: "what it depends on changed since you looked",
+  unknown_outcome: "it may or may not have happened",
+  provider_down: "the provider could not be reached",
+};
+const ACTION_WORDS = {
+  retry: "we try again",
+  replan: "what was written is undone and the request is planned again: approve the new plan if it is still what you want",
+  compensate: "what was written is undone",
+  ask: "what was written is undone; it is over to you",
+};
+const ASK_WORDS = {
+  auth: "sign in to the provider again, then ask again",
+  validation: "change the request, then ask again",
+  unknown_outcome: "check with the provider whether it happened; nothing is sent again until that is settled",
+  transient: "we tried several times; try again later",
+  provider_down: "we tried several times; try again when it is back",
+  rate_limited: "the provider asked for a longer wait than we keep; try again later",
+};
+
+function failureSaid(e) {
+  const d = e.details || {};
+  const what = FAILURE_WORDS[d.class] || "it failed";
+  const next = e.status === "ask" && d.class === "unknown_outcome" ? "it is over to you"
+    : ACTION_WORDS[e.status] || e.status;
+  const ask = e.status === "ask" ? ASK_WORDS[d.class] : null;
+  const step = e.step ? `Step ${e.step}` : "A step";
+  return `${step} failed: ${what}. Next: ${next}${ask ? ` — ${ask}` : ""}.`;
+}
+
+function showFailure(planId, e) {
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  if (!box) return;
+  const old = box.querySelector("p.failure");
+  const line = el("p", { class: "meta failure", role: "status", "data-class": (e.details || {}).class || "" }, failureSaid(e));
+  const d = e.details || {};
+  const inner = /\((.*)\)$/.exec(e.reason || "");
+  const said = d.status ? `the provider answered ${d.status}${d.retry_after_s != null ? `, asking us to wait ${d.retry_after_s} s` : ""}`
+    : inner ? inner[1] : "";
+  if (said) line.append(el("br"), el("span", { class: "why" }, `What the provider said: ${said}.`));
+  if (old) old.replaceWith(line); else box.append(line);
+}
+
+function showRevisedAfterFailure(planId, e) {
+  const d = e.details || {};
+  const box = document.querySelector(`section.card[data-plan="${planId}"]`);
+  if (!box || d.reason !== "failure" || !d.revised_by || box.querySelector("p.replanned")) return;
+  box.append(el("p", { class: "meta replanned" }, "Planned again after the failure: ",
+    el("a", { href: `/plans/${d.revised_by}` }, "open the new plan"), " (it needs your approval; the old one does not carry over)."));
+}
+
 const following = new Set();
 function follow(planId) {
   if (following.has(planId)) return;
@@ -193,6 +251,12 @@ function follow(planId) {
       if (e.status === "found" && e.details && e.details.found) openFound(planId, e.details.found);
       else note(planId, `watching: checked, nothing yet (${e.ts || ""})`);
     }
+    if (ev.type === "step_failure") showFailure(planId, e);
+    if (ev.type === "step_retry") {
+      const d = e.details || {};
+      note(planId, `step ${e.step || ""}: ${FAILURE_WORDS[d.class] || "it failed"}; trying again in ${d.wait_s} s`);
+    }
+    if (ev.type === "plan_revised") showRevisedAfterFailure(planId, e);
     if (ev.type === "execute_finished" || ev.type === "durable_finished") {
       loadPlans();
       if (e.status === "waiting") { note(planId, "waiting for your next decision"); return; }
@@ -201,7 +265,7 @@ function follow(planId) {
       showDone(planId).catch(() => {});
     }
   };
-  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off", "gate_waiting", "watcher_polled"]) {
+  for (const kind of ["step_started", "step_finished", "step_failed", "step_unknown", "execute_finished", "durable_finished", "gate_approved", "handed_off", "gate_waiting", "watcher_polled", "step_failure", "step_retry", "plan_revised"]) {
     src.addEventListener(kind, mark);
   }
 }
@@ -212,6 +276,7 @@ async function revisionsOf(planId, box) {
   const tree = await api("GET", `/v1/plans/${planId}/revisions`);
   if (!tree.root || !tree.root.revisions.length) return;
   const why = (n) => n.reason === "evidence_dropped" ? `without ${(n.dropped || []).join(", ") || "some evidence"}`
+    : n.reason === "failure" ? `planned again: ${FAILURE_WORDS[(n.failure || {}).class] || "a step failed"}`
     : n.changed.length ? `changed ${n.changed.join(", ").replaceAll("_", " ")}` : "first plan";
   const item = (n) => {
     const label = `${why(n)} · ${n.status}`;
