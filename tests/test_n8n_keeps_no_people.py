@@ -126,3 +126,11 @@ def test_previews_keep_nothing_and_a_forget_redacts_other_peoples_records(
             return found.kind, read_node(found.execution, node).kind
 
     assert asyncio.run(lookup()) == ("found", "answered")
+
+    # the session's n8n is shared: alice's records of this test go (they name her)
+    async def clean() -> None:
+        async with N8nClient(n8n.base_url, n8n.api_key) as client:
+            for e in hers:
+                await client.delete_execution(str(e["id"]))
+
+    asyncio.run(clean())

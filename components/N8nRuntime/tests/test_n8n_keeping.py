@@ -9,15 +9,20 @@ import json
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from countersign.kernel import content_hash
+from countersign.kernel import Settings, content_hash
 from countersign.n8n import N8nUnavailableError
 from countersign.n8n.executions import KeyRef
 from countersign.n8n.keeping import (
     FORGOTTEN,
+    PostgresExecutionStore,
+    SqliteExecutionStore,
+    configured_execution_store,
+    execution_store,
     forget_executions,
     mention_pattern,
     owner_plan,
@@ -190,3 +195,19 @@ def test_a_forget_that_must_redact_without_a_store_stops_before_redacting() -> N
     client = _Client([_ex(2, "PLANA", to=BOB)])
     with pytest.raises(N8nUnavailableError):
         asyncio.run(forget_executions(client, None, own=["PLANB"], needles=[BOB]))
+
+
+def test_the_store_of_a_data_folder(tmp_path: Path) -> None:
+    one = execution_store(tmp_path)
+    assert isinstance(one, SqliteExecutionStore)
+    assert one.path == tmp_path / ".n8n" / "database.sqlite"
+    queue = execution_store(tmp_path, queue_database_url="postgresql://cs:pw@db.internal:6543/cs")
+    assert isinstance(queue, PostgresExecutionStore)
+    assert "dbname=n8n" in queue.dsn and "host=db.internal" in queue.dsn
+    assert "pw" not in repr(queue)
+    single = configured_execution_store(Settings(n8n_workers=0), tmp_path)
+    assert isinstance(single, SqliteExecutionStore)
+    many = configured_execution_store(
+        Settings(n8n_workers=2), tmp_path, database_url="postgresql://cs:pw@db:5432/cs"
+    )
+    assert isinstance(many, PostgresExecutionStore) and "dbname=n8n" in many.dsn

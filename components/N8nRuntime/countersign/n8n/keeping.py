@@ -33,11 +33,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
-from countersign.kernel import ascii_digits, content_hash
+from countersign.kernel import Settings, ascii_digits, content_hash
 
 from .errors import N8nUnavailableError
 from .executions import ExecutionSource, KeyRef, RecordScan, find_execution
+from .queue import N8nDatabase
 
 __all__ = [
     "FORGOTTEN",
@@ -46,6 +48,8 @@ __all__ = [
     "Forgetting",
     "PostgresExecutionStore",
     "SqliteExecutionStore",
+    "configured_execution_store",
+    "execution_store",
     "forget_executions",
     "mention_pattern",
     "owner_plan",
@@ -322,3 +326,33 @@ class PostgresExecutionStore:
                 return True
         except psycopg.Error as e:
             raise N8nUnavailableError(f"n8n's database: {type(e).__name__}") from e
+
+
+def execution_store(data_dir: Path, *, queue_database_url: str | None = None) -> ExecutionStore:
+    """The store of the n8n ``countersign`` runs in ``data_dir``: its SQLite, or in queue mode
+    (``COUNTERSIGN_N8N_WORKERS`` > 0) the ``n8n`` database beside Countersign's own
+    (``queue_database_url``: Countersign's database URL, as ``queue.start_configured`` takes)."""
+    if queue_database_url is None:
+        return SqliteExecutionStore.of(data_dir)
+    db = N8nDatabase.from_url(queue_database_url)
+    return PostgresExecutionStore(
+        make_conninfo(
+            host=db.host, port=db.port, user=db.user, password=db.password, dbname=db.database
+        )
+    )
+
+
+def configured_execution_store(
+    settings: Settings, data_dir: Path, *, database_url: str | None = None
+) -> ExecutionStore:
+    """The store of the n8n ``queue.start_configured`` starts with the same arguments: SQLite in
+    ``data_dir`` for one process, else the ``n8n`` database on ``database_url`` (Countersign's
+    PostgreSQL; ``DATABASE_URL`` when not given)."""
+    if settings.n8n_workers == 0:
+        return execution_store(data_dir)
+    url = database_url or (
+        settings.database_url.get_secret_value() if settings.database_url else None
+    )
+    if url is None:
+        raise N8nUnavailableError("n8n's queue mode needs DATABASE_URL to reach n8n's records")
+    return execution_store(data_dir, queue_database_url=url)
