@@ -72,6 +72,7 @@ def create_app(services: Services, users: UserStore, config: ApiConfig | None = 
     app.state.limiter = RateLimiter(cfg.rate_limit_per_min, users)  # shared through Postgres
     app.state.hub = EventHub(cfg.listen_dsn) if cfg.listen_dsn else None
     app.state.metrics = metrics
+    metrics.count_durable(services.events)  # watchers on /metrics (countersign stats)
     app.add_exception_handler(CountersignError, _countersign_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]
