@@ -125,11 +125,14 @@ class MeetingWorld:
     radicale: Radicale
     smtp: SmtpSink
     smtp_credential: CredentialRef
+    #: the sandbox mailbox page over ``smtp`` (the reconciler reads mails there)
+    mailbox_url: str = ""
     counter: int = 0
 
     @property
     def settings(self) -> dict[str, str]:
-        return {"caldav_base_url": self.radicale.base_url, "smtp_from": "countersign@example.com"}
+        out = {"caldav_base_url": self.radicale.base_url, "smtp_from": "countersign@example.com"}
+        return out | ({"mailbox_url": self.mailbox_url} if self.mailbox_url else {})
 
     def executor(self, transport: N8nTransport | None) -> Executor:
         return Executor(
@@ -230,7 +233,7 @@ async def settle_until_quiet(
         for s in await loop.pass_once():
             if s.plan_id == plan_id:
                 last = s
-        if plan_id not in loop.candidates():
+        if plan_status(world.db, plan_id)[0] != "running":
             return last
         await asyncio.sleep(0.5)
     return last

@@ -5,7 +5,8 @@ undoes), and nothing is written twice, no meeting is left half-made, no plan sta
 
 A bounded run is part of the normal suite (``COUNTERSIGN_CHAOS_RUNS``, default 1 run); a long one
 sets it higher (the target: 0 violations in 100 runs) and prints runs, kills by process,
-violations and the seed of every failing run (``COUNTERSIGN_CHAOS_SEED`` replays one).
+violations and the seed of every failing run (``COUNTERSIGN_CHAOS_SEED`` with
+``COUNTERSIGN_CHAOS_WINDOW_MS`` replays one).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from countersign.n8n import N8nClient, free_port
 from countersign.n8n.runtime import install, stop
 from countersign.registry import Registry
 from countersign.sandbox import Radicale, SmtpSink
+from countersign.sandbox.mailbox import serve_mailbox
 from countersign.signer import KeyRing
 from countersign.steps import N8nTransport
 from countersign.storage import Database
@@ -43,6 +45,9 @@ from tests.chaos.harness import (
 
 RUNS = int(os.environ.get("COUNTERSIGN_CHAOS_RUNS", "1"))
 SEED = os.environ.get("COUNTERSIGN_CHAOS_SEED")
+#: the kill falls in 0..this many ms of the execute (default: 1.2 x a clean execute); a failing
+#: run replays with its seed and the window printed with it
+WINDOW_MS = os.environ.get("COUNTERSIGN_CHAOS_WINDOW_MS")
 
 
 @pytest.fixture
@@ -77,7 +82,8 @@ def world(
     try:
         cred = asyncio.run(credential())
         ref = CredentialRef(id=str(cred["id"]), name=str(cred["name"]))
-        yield MeetingWorld(n8n, db, registry, keyring, radicale, smtp, ref)
+        with serve_mailbox(smtp) as mailbox:
+            yield MeetingWorld(n8n, db, registry, keyring, radicale, smtp, ref, mailbox)
     finally:
         controller.stop()
         stop(data)
@@ -100,11 +106,12 @@ def test_meeting_survives_n8n_sigkill(world: MeetingWorld) -> None:
     the plan settled and finished or undone: no invariant broken."""
     asyncio.run(_calibrate(world))  # the first one deploys the op workflows
     clean_ms = asyncio.run(_calibrate(world))
+    window = int(WINDOW_MS or clean_ms * 1.2)
     seeds = [int(SEED)] if SEED else [random.randrange(10**6) for _ in range(RUNS)]
     runs: list[Run] = []
     t0 = time.monotonic()
     for seed in seeds:
-        run = asyncio.run(meeting_run(world, seed, kill_window_ms=int(clean_ms * 1.2)))
+        run = asyncio.run(meeting_run(world, seed, kill_window_ms=window))
         print(run.line())
         runs.append(run)
     bad = [r for r in runs if r.violations]
@@ -113,6 +120,6 @@ def test_meeting_survives_n8n_sigkill(world: MeetingWorld) -> None:
         f"\nchaos meeting: {len(runs)} runs in {time.monotonic() - t0:.0f} s, clean execute "
         f"{clean_ms:.0f} ms, kills {dict(kills)}, violations {sum(len(r.violations) for r in bad)}"
         f", endings {dict(Counter(r.final for r in runs))}"
-        + (f", failing seeds {[r.seed for r in bad]}" if bad else "")
+        + (f", failing seeds {[r.seed for r in bad]} (window {window} ms)" if bad else "")
     )
     assert not bad, "\n".join(r.line() for r in bad)

@@ -4,6 +4,10 @@ never a re-send.
 
 - ``caldav.create_event``: GET the event's ``.ics`` by its UID in the user's calendar
   (200: the event is there → ``completed``; 404: it is not → ``failed``; else ``unknown``).
+- ``smtp.send``, only where a mailbox can be read (the sandbox's mailbox page, setting
+  ``mailbox_url``): the recipient's messages with the write's subject whose text holds its body
+  (one → ``completed``, none → ``failed``, several → ``unknown``). A real SMTP server cannot be
+  read: there the mail stays ``unknown`` for a person.
 
 A probe answers ``(completed | failed | unknown, output)``; the output of a ``completed`` one is
 what the ledger keeps as the write's output. Ops without a probe stay ``unknown`` for a person.
@@ -19,7 +23,7 @@ import httpx
 
 from countersign.kernel import PlanStep
 
-__all__ = ["Probe", "caldav_event", "default_probes"]
+__all__ = ["Probe", "caldav_event", "default_probes", "sandbox_mail"]
 
 #: ``(step, its resolved args, the connector settings)`` → ``(verdict, output)``
 Probe = Callable[[PlanStep, Mapping[str, Any], Mapping[str, str]], Awaitable[tuple[str, Any]]]
@@ -46,6 +50,34 @@ async def caldav_event(
     return "unknown", None
 
 
+async def sandbox_mail(
+    step: PlanStep, args: Mapping[str, Any], settings: Mapping[str, str]
+) -> tuple[str, Any]:
+    """Did the sandbox mailbox get this mail? (a GET of the recipient's messages)"""
+    base = settings.get("mailbox_url", "").rstrip("/")
+    to, subject, body = args.get("to"), args.get("subject"), args.get("body")
+    if not base or not isinstance(to, str) or not isinstance(subject, str):
+        return "unknown", None
+    if not isinstance(body, str):
+        return "unknown", None
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            r = await client.get(f"{base}/messages", params={"to": to})
+        messages = r.json().get("messages") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return "unknown", None
+    if not isinstance(messages, list):
+        return "unknown", None
+    same = [
+        m
+        for m in messages
+        if isinstance(m, Mapping) and m.get("subject") == subject and body in str(m.get("body"))
+    ]
+    if len(same) == 1:
+        return "completed", {"found_in_mailbox": True}
+    return ("failed", None) if not same else ("unknown", None)
+
+
 def default_probes() -> dict[str, Probe]:
     """The probes this build knows, by ``connector.op``."""
-    return {"caldav.create_event": caldav_event}
+    return {"caldav.create_event": caldav_event, "smtp.send": sandbox_mail}

@@ -174,6 +174,36 @@ class Settler:
         offers = _offers(known, expired) if status in ("needs_attention", "unknown") else ()
         return Settlement(plan_id, status, known.writes, {}, offers, expired)
 
+    async def undo_again(self, plan_id: str) -> list[int]:
+        """An execute that ended ``failed`` with a compensation that failed (its runtime was down
+        when it undid): undo what is still done, newest first; audited ``undo_settled`` once
+        nothing is left (the next pass tries again otherwise). The steps undone now."""
+        ex = self.executor()
+        verified, user_id, _ = self._load(ex, plan_id)
+        run, progress, _ = self._run(ex, verified, user_id)
+        writer = ex._writer()
+        done = writer.earlier_writes(run, progress)
+        undone = await writer.undo(run, done) if done else []
+        whole = len(undone) == len(done)
+        # the undo's writes are the execute's again: its end is recorded after them
+        ex._audit(
+            kind="execute_finished",
+            status="failed",
+            actor=self.actor,
+            plan_id=plan_id,
+            reason="undone again after the execute's own undo failed",
+            details={"compensated": sorted(undone), "left": len(done) - len(undone)},
+        )
+        if whole:
+            ex._audit(
+                kind="undo_settled",
+                status="ok",
+                actor=self.actor,
+                plan_id=plan_id,
+                details={"compensated": sorted(undone)},
+            )
+        return undone
+
     # ---- what is known --------------------------------------------------------------------------
     def known(
         self, ex: Executor, verified: VerifiedPlan, evidence: Mapping[int, str]
