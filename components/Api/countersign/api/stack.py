@@ -28,7 +28,9 @@ from countersign.kernel import (
     parse_contract,
     url_refusal,
 )
+from countersign.kernel.logs import configure_logging
 from countersign.kernel.process import alive, port_open, read_pid
+from countersign.kernel.tracing import configure_tracing
 from countersign.n8n import N8nClient, handle_from
 from countersign.n8n import status as n8n_status
 from countersign.planwriter import PlanWriter
@@ -41,6 +43,7 @@ from countersign.workflowbuilder import CredentialRef
 
 from .app import create_app
 from .config import ApiConfig
+from .observe import traced_client
 from .users import UserStore
 from .wiring import Services, build_services
 
@@ -218,14 +221,24 @@ def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
     if cfg.codec_origin is None and settings.temporal_ui:
         ui = urlsplit(settings.temporal_ui)
         cfg.codec_origin = f"{ui.scheme}://{ui.netloc}"
+    # the API process's logs and traces (Kernel SPEC): JSON lines on stderr; spans only when
+    # an OTLP endpoint is set
+    configure_logging(settings.log_level)
+    configure_tracing(settings.otlp_endpoint, service="countersign-api")
     if cfg.temporal_connect is None:
-        cfg.temporal_connect = lambda: connect(
-            settings.temporal_address,
-            namespace=settings.temporal_namespace,
-            tls_cert=settings.temporal_tls_cert,
-            tls_key=settings.temporal_tls_key,
-            codec=codec,
-        )
+
+        async def temporal() -> Any:
+            return await traced_client(
+                await connect(
+                    settings.temporal_address,
+                    namespace=settings.temporal_namespace,
+                    tls_cert=settings.temporal_tls_cert,
+                    tls_key=settings.temporal_tls_key,
+                    codec=codec,
+                )
+            )
+
+        cfg.temporal_connect = temporal
     if cfg.temporal_ui is None and settings.temporal_ui:
         cfg.temporal_ui = (
             f"{settings.temporal_ui}/namespaces/{settings.temporal_namespace}/workflows"

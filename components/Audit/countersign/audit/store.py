@@ -35,7 +35,7 @@ from countersign.kernel import (
     parse_contract,
     sha256_hex,
 )
-from countersign.kernel.logs import get_logger
+from countersign.kernel.logs import get_logger, info_enabled
 
 __all__ = [
     "ZERO_HASH",
@@ -165,6 +165,8 @@ def _content(ts: str, e: dict[str, Any]) -> dict[str, Any]:
 def _log_appended(entries: Sequence[PreparedEntry], last: int) -> None:
     """One log line per appended row: the plan's event as its record says (Audit SPEC, logs);
     in the caller's transaction, so a row rolled back afterwards was logged as appended."""
+    if not info_enabled():
+        return
     for seq, e in enumerate(entries, last - len(entries) + 1):
         p = e.params
         details = str(p["details"])

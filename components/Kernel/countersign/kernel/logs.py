@@ -27,6 +27,7 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any, TextIO
 
 import structlog
@@ -35,6 +36,7 @@ __all__ = [
     "REDACTED",
     "configure_logging",
     "get_logger",
+    "info_enabled",
     "logs_to",
     "redact",
     "redact_text",
@@ -80,8 +82,14 @@ def _clean(value: Any, depth: int = 0) -> Any:
     return redact_text(str(value))
 
 
+@lru_cache(maxsize=4096)
+def _secret_key(key: str) -> bool:
+    # keys are few and repeat on every line: one regex search per key and process
+    return key not in _NOT_SECRET_KEYS and _SECRET_KEY.search(key) is not None
+
+
 def _field(key: str, value: Any, depth: int) -> Any:
-    if value is not None and key not in _NOT_SECRET_KEYS and _SECRET_KEY.search(key):
+    if value is not None and _secret_key(key):
         return REDACTED
     return _clean(value, depth)
 
@@ -160,6 +168,11 @@ def logs_to(stream: TextIO, level: str = "info") -> Iterator[None]:
         yield
     finally:
         _SINK.stream, _SINK.level = before
+
+
+def info_enabled() -> bool:
+    """Whether an ``info`` line would be written (a caller may skip building one)."""
+    return _SINK.level <= _LEVELS["info"]
 
 
 def get_logger(name: str) -> Any:

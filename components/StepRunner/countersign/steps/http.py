@@ -27,7 +27,7 @@ from opentelemetry import trace
 
 from countersign.binding import BoundNode
 from countersign.kernel import BindingError, CountersignError, ascii_digits
-from countersign.kernel.logs import get_logger
+from countersign.kernel.logs import get_logger, info_enabled
 from countersign.kernel.tracing import tracer, tracing_enabled
 
 __all__ = ["HttpCall", "asend", "http_call", "observed", "send"]
@@ -156,7 +156,8 @@ def observed(event: str, **fields: str | int | bool | None) -> Iterator[dict[str
             if failure is not None:
                 current.set_status(trace.StatusCode.ERROR)
             span.__exit__(None, None, None)
-        _LOG.info(event, latency_ms=round((time.perf_counter() - start) * 1000, 1), **line)
+        if info_enabled():
+            _LOG.info(event, latency_ms=round((time.perf_counter() - start) * 1000, 1), **line)
 
 
 def _provider(req: HttpCall) -> dict[str, str | int | bool | None]:
