@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,6 +93,7 @@ def _run(
     *faults: dict[str, Any],
     write_url: str | None = None,
     again: bool = False,
+    before: Callable[[], None] | None = None,
 ) -> tuple[dict[str, Any], ExecuteReport | BaseException, BaseException | None]:
     """Preview the purchase plan, arm ``faults``, execute gate-A (the cart write); with
     ``again``, execute once more with a new token. The plan, what the first execute gave, and
@@ -124,6 +125,8 @@ def _run(
                 policy=LOCAL,
             )
             first: ExecuteReport | BaseException
+            if before is not None:
+                before()
             try:
                 first = await ex.execute(
                     doc, user_id=USER, tokens={"gate-A": _token(db, doc, choice)}
@@ -265,13 +268,20 @@ def test_a_provider_back_within_the_backoff_is_written_once(
     port = free_port()
     back: list[Served[ShopSandbox]] = []
     timer = threading.Timer(1.5, lambda: back.append(serve_shop(port=port)))
-    timer.start()
-    try:
+    try:  # back 1.5 s after the execute starts: its first read is refused, a later one is not
         doc, report, _ = _run(
-            n8n, db, registry, keyring, shop, write_url=f"http://127.0.0.1:{port}"
+            n8n,
+            db,
+            registry,
+            keyring,
+            shop,
+            write_url=f"http://127.0.0.1:{port}",
+            before=timer.start,
         )
     finally:
-        timer.join()
+        timer.cancel()
+        if timer.ident is not None:
+            timer.join()
         for b in back:
             b.shutdown()
     assert isinstance(report, ExecuteReport) and report.status == "waiting", report
