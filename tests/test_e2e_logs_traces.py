@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from countersign.api.testing import ALICE, BOB, ApiHarness, meeting_body
 from countersign.api.users import UserStore
+from countersign.cli.stats import service_view
 from countersign.kernel.logs import logs_to
 from countersign.kernel.tracing import traces_to
 from countersign.n8n import N8nHandle
@@ -127,3 +128,23 @@ def test_a_meeting_logs_json_with_plan_ids_no_secret_and_one_trace(
     n8n_calls = [s for s in in_trace if s.name == "n8n.call"]
     assert n8n_calls and all(s.parent is not None for s in n8n_calls)
     assert any((s.attributes or {}).get("countersign.write") for s in n8n_calls)
+    # provider requests sent from the API process (the execute-time re-read of the calendar)
+    # are spans of the request that made them
+    requests = {s.context.trace_id for s in spans if s.name.startswith(("GET ", "POST "))}
+    providers = [s for s in spans if s.name == "provider.request"]
+    assert providers and all(s.context.trace_id in requests for s in providers)
+
+
+def test_stats_reads_the_view_of_the_run(api: ApiHarness) -> None:
+    with api.client() as c:
+        plan_id = c.post("/v1/intents", json=meeting_body("Counted", day=4, hours=3)).json()[
+            "plan_id"
+        ]
+        assert c.post(f"/v1/plans/{plan_id}/preview").status_code == 200
+        r = c.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": "cst_" + "x" * 43}})
+        assert r.status_code == 403, r.text
+        view = service_view(c.get("/metrics").text)
+    assert view.preview_p95_ms is not None and view.previews >= 1
+    assert view.refusals_by_reason.get(r.json()["code"], 0) >= 1
+    assert view.errors_by_class.get("refused (4xx)", 0) >= 1
+    assert view.watchers == 0
