@@ -46,7 +46,8 @@ def test_reads_keep_nothing_and_writes_keep_everything(registry: Registry) -> No
         kinds.add(safety)
         want = KEEP_NONE if safety == "read" else KEEP_ALL
         assert _kept(wf) == [want, want], (s.uses, s.call)
-        assert wf["settings"]["saveExecutionProgress"] is False
+        # a write is saved node by node: a crash after its op's node still shows the answer
+        assert wf["settings"]["saveExecutionProgress"] is (safety == "write")
         assert wf["settings"]["saveManualExecutions"] is False
     assert kinds == {"read", "write"}
 
@@ -54,7 +55,9 @@ def test_reads_keep_nothing_and_writes_keep_everything(registry: Registry) -> No
 def test_a_batch_keeps_nothing(registry: Registry) -> None:
     plan = _plan(registry)
     read = next(s for s in plan.graph if s.call == "list_free_busy")
-    assert _kept(build_batch_workflow(read, registry).workflow) == [KEEP_NONE, KEEP_NONE]
+    batch = build_batch_workflow(read, registry).workflow
+    assert _kept(batch) == [KEEP_NONE, KEEP_NONE]
+    assert batch["settings"]["saveExecutionProgress"] is False
 
 
 def test_a_read_that_could_write_keeps_its_record() -> None:

@@ -166,11 +166,12 @@ def _trigger(
 #: to-save-settings.js``): a read keeps nothing — its execution is deleted when it ends, so the
 #: calendars and mailboxes it read (other people's event titles among them) never rest in n8n;
 #: a write keeps its whole record, success or error, because the reconciler reads it by the
-#: idempotency key until the write is settled (then N8nRuntime's ``prune_settled`` deletes it)
+#: idempotency key until the write is settled (then N8nRuntime's ``prune_settled`` deletes it),
+#: node by node (``saveExecutionProgress``)
 KEEP_NONE: Final = "none"
 KEEP_ALL: Final = "all"
 #: names the rule above in every workflow's content key (change it with the rule)
-_RECORDS: Final = "reads-none/writes-all"
+_RECORDS: Final = "reads-none/writes-all+progress"
 
 
 def _settings(keep: str) -> dict[str, Any]:
@@ -179,7 +180,9 @@ def _settings(keep: str) -> dict[str, Any]:
         "saveDataSuccessExecution": keep,
         "saveDataErrorExecution": keep,
         "saveManualExecutions": False,
-        "saveExecutionProgress": False,
+        # a write's record is saved after each node too, so an n8n killed after the op's node
+        # answered still holds that answer for the reconciler (crashed, with the node's run)
+        "saveExecutionProgress": keep == KEEP_ALL,
         "callerPolicy": "workflowsFromSameOwner",
     }
 
