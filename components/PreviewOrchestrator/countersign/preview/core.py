@@ -135,17 +135,8 @@ def plan_preview(
         problems += [f"step {n} ({s.uses}.{s.call}): {p}" for p in found]
         workflows[n] = wf
         ops.setdefault((s.uses, s.call), []).append(n)
-    for (uses, call), same in sorted(ops.items()):
-        # the runner may send these together: check that workflow as well (its op node is the
-        # step workflow's, so only a clean op reaches this check; a problem here is the batch's)
-        if len(same) > 1 and not problems:
-            batch = build_batch_workflow(plan.step(same[0]), registry, credentials=credentials)
-            problems += [
-                f"step {same[0]} ({uses}.{call}) batched with steps {same[1:]}: {p}"
-                for p in read_only_violations(
-                    batch.workflow, query=declared_query(registry.op(uses, call))
-                )
-            ]
+    if not problems:
+        problems = _batch_problems(plan, registry, ops, credentials)
     if problems:
         raise PreviewRefusedError(
             f"preview of plan {plan.plan_id} refused before anything ran; expected only reads, "
@@ -153,6 +144,27 @@ def plan_preview(
             problems=problems,
         )
     return workflows
+
+
+def _batch_problems(
+    plan: Plan,
+    registry: Registry,
+    ops: Mapping[tuple[str, str], list[int]],
+    credentials: Mapping[str, CredentialRef] | None,
+) -> list[str]:
+    """The read-only check of each batch workflow the runner may send two or more steps of one
+    op through (its op node is the step workflow's, so only clean ops reach this check; a
+    problem here is the batch's)."""
+    problems: list[str] = []
+    for (uses, call), same in sorted(ops.items()):
+        if len(same) > 1:
+            batch = build_batch_workflow(plan.step(same[0]), registry, credentials=credentials)
+            query = declared_query(registry.op(uses, call))
+            problems += [
+                f"step {same[0]} ({uses}.{call}) batched with steps {same[1:]}: {p}"
+                for p in read_only_violations(batch.workflow, query=query)
+            ]
+    return problems
 
 
 async def run_preview(
