@@ -20,9 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from countersign.api import UserStore
 from countersign.durable.runtime import temporal_start, temporal_stop
 from countersign.kernel import Settings, system_clock
 from countersign.kernel.process import (
@@ -109,6 +106,8 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
     say("worker ok")
     _start_api(settings, port, run, logs, env)
     say(f"api ok: http://127.0.0.1:{port}")
+    from countersign.api import UserStore  # noqa: PLC0415 - `up` only (`down` imports this module)
+
     users = UserStore(db, clock=system_clock)
     users.ensure(LOCAL_USER)
     link = f"http://127.0.0.1:{port}/login?token={users.login_link(LOCAL_USER)}"
@@ -180,6 +179,8 @@ def _start_api(settings: Settings, port: int, run: Path, logs: Path, env: dict[s
 
 
 def _wait_healthy(url: str, log: Path, timeout_s: float = 60) -> None:
+    import httpx  # noqa: PLC0415 - `up` only (`down` imports this module)
+
     deadline = threading.Event()
     timer = threading.Timer(timeout_s, deadline.set)
     timer.start()
