@@ -11,6 +11,7 @@ Real Postgres, the time-skipping test server, the sandbox visa service, a real S
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -296,3 +297,26 @@ def test_the_durable_check_agrees_with_the_interactive_one(
             interactive = str(e.message)
         expected = None if durable is None else f"plan {plan.plan_id}: {durable}"
         assert interactive == expected, (n, durable, interactive)
+
+
+def test_the_worker_reads_the_deployment_policy_file(tmp_path: Path) -> None:
+    """The ``worker`` command checks writes against the policy file the API reads
+    (``COUNTERSIGN_POLICY_FILE``, YAML or JSON); the default rules without one; a broken file is
+    named."""
+    from countersign.durable.cli import worker_policy
+    from countersign.kernel import InputError
+
+    assert worker_policy(None).rules == DEFAULT_RULES
+    strict = tmp_path / "policy.yaml"
+    strict.write_text(
+        "providers: {calendar: caldav}\n"
+        "rules:\n"
+        "  - {id: no-visa, op: 'visa.*', then: deny, because: no bookings here}\n"
+    )
+    assert [r.id for r in worker_policy(strict).rules] == ["no-visa"]
+    broken = tmp_path / "policy.json"
+    broken.write_text('{"rules": [{"id": "x"}]}')
+    with pytest.raises(InputError, match=r"policy\.json"):
+        worker_policy(broken)
+    with pytest.raises(InputError, match="cannot read"):
+        worker_policy(tmp_path / "missing.yaml")
