@@ -8,7 +8,8 @@ know). A refused port needs no switch: a port nobody listens on (``free_port``) 
 ``POST /_sandbox/faults`` ``{"faults": [{"status": 429, "retry_after": 2, "times": 1,
 "method": "POST", "path": "/checkout"}, {"drop": true, "act": true}]}`` arms them (in order, each
 for ``times`` matching requests); ``GET /_sandbox/faults`` says what is armed and every request
-that arrived (``seen``: method, path, the fault it got), ``DELETE /_sandbox/faults`` disarms.
+that arrived (``seen``: method, path, the fault it got; the newest ``SEEN_MAX``),
+``DELETE /_sandbox/faults`` disarms and forgets.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 __all__ = ["FAULTS_PATH", "Fault", "FaultError", "Faults"]
 
 FAULTS_PATH = "/_sandbox/faults"
+#: how many requests ``seen`` keeps (the newest; a standalone sandbox runs for days)
+SEEN_MAX = 10_000
 
 
 class FaultError(ValueError):
@@ -117,6 +120,7 @@ class Faults:
                     break
             self.armed[:] = [e for e in self.armed if e[1] > 0]
             self.seen.append({"method": method, "path": path, "fault": _said(hit)})
+            del self.seen[:-SEEN_MAX]
             return hit
 
     def count(self, method: str, path: str) -> int:
