@@ -7,6 +7,11 @@ import base64
 import io
 import json
 import secrets
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
 import structlog
@@ -110,3 +115,50 @@ def test_the_endpoint_gets_the_traces_path_and_must_be_http() -> None:
     assert _traces_url("https://otel.example/v1/traces") == "https://otel.example/v1/traces"
     with pytest.raises(ValueError, match="OTLP endpoint"):
         _traces_url("127.0.0.1:4318")
+
+
+def test_an_endpoint_receives_the_spans_over_otlp_http(tmp_path: Path) -> None:
+    """In a fresh process (one provider per process): ``configure_tracing`` with a collector's
+    URL POSTs the spans as OTLP protobuf to ``/v1/traces``; without a URL nothing is sent."""
+    got: list[tuple[str, str, bytes]] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append((self.path, self.headers["Content-Type"], body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            return None
+
+    server = HTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    script = (
+        "import sys\n"
+        "from opentelemetry import trace\n"
+        "from countersign.kernel.tracing import configure_tracing, tracer\n"
+        "on = configure_tracing(sys.argv[1] or None, service='t')\n"
+        "with tracer('t').start_as_current_span('exported-span'):\n"
+        "    pass\n"
+        "if on:\n"
+        "    trace.get_tracer_provider().force_flush()\n"
+        "print(on)\n"
+    )
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        for arg in ("", url):
+            out = subprocess.run(
+                [sys.executable, "-c", script, arg],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.strip() == str(bool(arg))
+    finally:
+        server.shutdown()
+    (path, ctype, body) = got[0]
+    assert len(got) == 1 and path == "/v1/traces" and ctype == "application/x-protobuf"
+    assert b"exported-span" in body
