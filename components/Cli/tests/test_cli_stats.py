@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
+import typer
 from prometheus_client import generate_latest
+from typer.testing import CliRunner
 
 from countersign.api.metrics import Metrics
-from countersign.cli.stats import p95, render, service_view
+from countersign.cli.stats import p95, render, service_view, stats_cmd
 
 
 class _Events:
@@ -87,3 +92,33 @@ def test_p95_of_buckets() -> None:
 def test_text_that_is_not_metrics_is_refused() -> None:
     with pytest.raises(ValueError):
         service_view("this is { not prometheus")
+
+
+def test_the_command_prints_the_view_of_a_served_api() -> None:
+    text = generate_latest(_metrics().registry)
+
+    class Api(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.path == "/metrics"
+            self.send_response(200 if ok else 404)
+            self.end_headers()
+            self.wfile.write(text if ok else b"")
+
+        def log_message(self, *_: object) -> None:
+            return None
+
+    server = HTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    app = typer.Typer()
+    app.command()(stats_cmd)
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        shown = CliRunner().invoke(app, ["--url", url])
+        as_json = CliRunner().invoke(app, ["--url", url, "--json"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert shown.exit_code == 0 and "execute     50 ms (p95 of 20)" in shown.output
+    assert json.loads(as_json.output)["preview_p95_ms"] == 950.0
+    down = CliRunner().invoke(app, ["--url", url])  # the server is gone
+    assert down.exit_code == 1 and "cannot read" in down.output
