@@ -107,11 +107,13 @@ class Observe:
 
 async def traced_client(client: Client) -> Client:
     """``client`` with temporalio's ``TracingInterceptor`` when tracing is on (a worker built on
-    it traces too); ``client`` itself otherwise."""
+    it traces too); ``client`` itself otherwise, or when it has the interceptor already."""
     if not tracing_enabled():
         return client
     from temporalio.contrib.opentelemetry import TracingInterceptor  # noqa: PLC0415
 
     config = client.config()
+    if any(isinstance(i, TracingInterceptor) for i in config["interceptors"]):
+        return client  # connected with it already
     config["interceptors"] = [*config["interceptors"], TracingInterceptor()]
     return Client(**config)
