@@ -87,6 +87,12 @@ VERBS: tuple[Verb, ...] = (
         "n8n, Temporal and the embedded PostgreSQL.",
     ),
     Verb("status", f"{_CLI}.lifecycle:status_cmd", "Where each service is, as JSON."),
+    Verb(
+        "stats",
+        f"{_CLI}.stats:stats_cmd",
+        "Print the service-level view from the API's metrics: preview and execute p95, errors by "
+        "class, refusals by reason, watchers.",
+    ),
     # groups of sub-verbs
     Verb("keys", f"{_CLI}.keys:keys_app", "Manage the Ed25519 key ring."),
     Verb("registry", f"{_CLI}.registry:registry_app", "Inspect and validate registry/."),
