@@ -57,12 +57,21 @@ if TYPE_CHECKING:
         format_utc,
         parse_contract,
     )
-    from .rules import ArgTest, GateRule, RuleHit, rule_hits
+    from .rules import (
+        DEFAULT_ON_FAILURE,
+        ArgTest,
+        FailureActions,
+        GateRule,
+        OnFailure,
+        RuleHit,
+        rule_hits,
+    )
     from .schemas import schema_snapshot
     from .settings import Settings, source_registry_dir
     from .urls import url_refusal
 
 __all__ = [
+    "DEFAULT_ON_FAILURE",
     "DEFAULT_RULES",
     "MAX_DEPTH",
     "MAX_SAFE_INT",
@@ -79,6 +88,7 @@ __all__ = [
     "Evidence",
     "ExecuteResult",
     "ExecuteWrapper",
+    "FailureActions",
     "GateRule",
     "HashMismatchError",
     "InputError",
@@ -88,6 +98,7 @@ __all__ = [
     "MalformedEnvelopeError",
     "Need",
     "Needs",
+    "OnFailure",
     "Plan",
     "PlanConstraints",
     "PlanMeta",
@@ -178,7 +189,10 @@ _LAZY: dict[str, str] = {
     "format_utc": "models",
     "parse_contract": "models",
     "ArgTest": "rules",
+    "DEFAULT_ON_FAILURE": "rules",
+    "FailureActions": "rules",
     "GateRule": "rules",
+    "OnFailure": "rules",
     "RuleHit": "rules",
     "rule_hits": "rules",
     "schema_snapshot": "schemas",

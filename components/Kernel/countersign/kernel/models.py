@@ -31,7 +31,7 @@ from pydantic import (
 from .canonical import canonical_bytes, content_hash
 from .errors import ContractError
 from .ids import parse_ulid
-from .rules import GateRule
+from .rules import DEFAULT_ON_FAILURE, FailureActions, GateRule
 
 __all__ = [
     "MAX_SAFE_INT",
@@ -542,10 +542,14 @@ class Policy(Contract):
     #: gate rules (``kernel.rules``): why a write is gated, or that it never runs; the Planner
     #: puts each matching rule on the write's gate, the executors check them again
     rules: tuple[GateRule, ...] = Field(default_factory=lambda: DEFAULT_RULES, max_length=64)
+    #: the failure table (``kernel.rules.FailureActions``): failure class → retry / replan /
+    #: compensate / ask. Left out of the signed form while it is the default, so policies that do
+    #: not change it keep their version; a changed table is inside the hash the plan signs.
+    on_failure: FailureActions = Field(default_factory=lambda: DEFAULT_ON_FAILURE)
 
     def to_json(self) -> dict[str, Any]:
-        """The signed form (``card_url`` only when set, ``retrieval``, ``intake_threshold`` and
-        ``allow_hosts`` only when not default; each rule's tests only with the field they set)."""
+        """The signed form (``card_url`` only when set, ``retrieval``, ``intake_threshold``,
+        ``allow_hosts`` and ``on_failure`` only when not default; each rule's tests only with the field they set)."""
         out = self.model_dump(mode="json")
         if out.get("card_url") is None:
             out.pop("card_url", None)
@@ -555,6 +559,8 @@ class Policy(Contract):
             out.pop("intake_threshold", None)
         if not self.allow_hosts:
             out.pop("allow_hosts", None)
+        if self.on_failure == DEFAULT_ON_FAILURE:
+            out.pop("on_failure", None)
         # a rule's tests as written: only the field each test sets
         out["rules"] = [r.model_dump(mode="json", exclude_none=True) for r in self.rules]
         return out
