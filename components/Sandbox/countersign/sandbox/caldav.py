@@ -204,6 +204,10 @@ class CountingProxy:
         return out
 
 
+#: headers not passed back: the body is re-sent decoded (httpx undid any content encoding)
+_HOP = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection"})
+
+
 def _handler(proxy: CountingProxy, client: httpx.Client) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -227,7 +231,7 @@ def _handler(proxy: CountingProxy, client: httpx.Client) -> type[BaseHTTPRequest
             )
             self.send_response(r.status_code)
             for k, v in r.headers.items():
-                if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                if k.lower() not in _HOP:
                     self.send_header(k, v)
             self.send_header("Content-Length", str(len(r.content)))
             self.end_headers()
