@@ -178,6 +178,8 @@ def test_a_conflict_from_the_shop_replans_and_the_old_approval_is_refused(
         assert r.status_code == 200
         failed = c.post(f"/v1/plans/{old}/execute", json={"tokens": {"gate-A": token}})
         assert failed.status_code == 202 and failed.json()["status"] == "failed", failed.text
+        said = failed.json()["failure"]  # the answer says it too, not only the event stream
+        assert said["class"] == "conflict" and said["action"] == "replan", said
         assert shop.faults.count("POST", "/cart") == 1, "a conflict is not sent again"
         assert shop.state.cart == {}
         child = _revision(c, old)

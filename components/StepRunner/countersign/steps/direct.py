@@ -149,7 +149,7 @@ class DirectSender:
             out = normalize_output(output, {"statusCode": r.status_code, "body": r.text}, args)
         except CountersignError as e:
             return Attempt.lost(f"provider answered {r.status_code}, unreadable: {e.code}")
-        return Attempt("answered", status=r.status_code, output=out)
+        return Attempt("answered", status=r.status_code, output=out, headers=dict(r.headers))
 
 
 def _attach(msg: EmailMessage, file: Mapping[str, str]) -> None:

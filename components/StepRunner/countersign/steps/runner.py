@@ -268,7 +268,11 @@ class N8nStepRunner:
         status = item.get("statusCode") if isinstance(item, Mapping) else None
         if not isinstance(status, int) and isinstance(out, Mapping):
             status = out.get("status")
-        return Attempt("answered", status=status if isinstance(status, int) else None, output=out)
+        # the provider's headers (Retry-After) when the node passed the full response on
+        raw = item.get("headers") if isinstance(item, Mapping) else None
+        headers = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+        code = status if isinstance(status, int) else None
+        return Attempt("answered", status=code, output=out, headers=headers)
 
     async def read_direct(
         self, client: httpx.AsyncClient, step: PlanStep, outputs: Mapping[int, Any]

@@ -63,6 +63,8 @@ async def execute(
         "workflow_id": report.workflow_id,
         "waiting_gate": report.waiting_gate,
         "gate_preview": report.gate_preview,
+        # a failed step: its class, what follows (retry / replan / compensate / ask) and why
+        "failure": report.failure,
         "events": f"/v1/plans/{plan_id}/events",
     }
 
