@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,14 @@ TARGETS = [
     ("watch_visa_slots", "visa.sandbox", "find_slots"),
 ]
 EMPTY_ICS = b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//rec//EN\r\nEND:VCALENDAR\r\n"
+EMPTY_MULTISTATUS = b'<?xml version="1.0"?><multistatus xmlns="DAV:"/>'
+
+
+def _is_window_query(method: str, body: bytes) -> bool:
+    """A calendar read as issue 28 sends it: a REPORT whose body is a calendar-query."""
+    return method == "REPORT" and b"<C:calendar-query " in body and b"<C:time-range " in body
+
+
 _ids = iter(range(1, 100_000))
 
 
@@ -64,14 +72,17 @@ class RecordingServer:
             def _any(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 rec.seen.append((self.command, self.path, body))
-                if "/calendar/" in self.path:
+                status = 200
+                if "/calendar/" in self.path and self.command == "REPORT":
+                    out, kind, status = EMPTY_MULTISTATUS, "text/xml; charset=utf-8", 207
+                elif "/calendar/" in self.path:
                     out, kind = EMPTY_ICS, "text/calendar"
                 elif self.path.startswith("/search"):
                     out = b'{"offers": [{"item": "cable", "price": "9.90"}]}'
                     kind = "application/json"
                 else:
                     out, kind = b'{"slots": []}', "application/json"
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
@@ -79,7 +90,7 @@ class RecordingServer:
                     self.wfile.write(out)
 
             do_GET = do_HEAD = do_OPTIONS = do_POST = do_PUT = do_PATCH = do_DELETE = _any  # noqa: N815
-            do_MKCOL = do_MOVE = do_COPY = do_PROPFIND = _any  # noqa: N815
+            do_MKCOL = do_MOVE = do_COPY = do_PROPFIND = do_REPORT = _any  # noqa: N815
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -89,7 +100,7 @@ class RecordingServer:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def writes(self) -> list[tuple[str, str, bytes]]:
-        return [r for r in self.seen if r[0] != "GET"]
+        return [r for r in self.seen if r[0] != "GET" and not _is_window_query(r[0], r[2])]
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +150,7 @@ def _settings(server: RecordingServer) -> dict[str, str]:
     }
 
 
-def test_honest_previews_send_only_gets(
+def test_honest_previews_send_only_gets_and_window_queries(
     n8n: N8nHandle, db: Database, keyring: KeyRing, server: RecordingServer
 ) -> None:
     registry = load_registry(source_registry_dir())
@@ -151,7 +162,8 @@ def test_honest_previews_send_only_gets(
         assert result.wrapper.can_execute, (intent, result.wrapper.normalized)
         assert len(server.seen) > before, f"{intent}: its reads never reached the server"
     assert server.seen and server.writes() == []
-    assert all(body == b"" for _, _, body in server.seen)
+    assert all(body == b"" for m, _, body in server.seen if m == "GET")
+    assert any(m == "REPORT" for m, _, _ in server.seen)  # the calendar reads ask for the window
 
 
 def test_same_op_reads_are_one_n8n_execution_with_the_outputs_of_one_per_step(
@@ -165,10 +177,19 @@ def test_same_op_reads_are_one_n8n_execution_with_the_outputs_of_one_per_step(
     plan = Plan.model_validate(doc["plan"])
     batch_name = build_batch_workflow(plan.step(1), registry).workflow["name"]
 
+    batches: list[str] = []
+
+    class Counting(N8nTransport):
+        """Counts the batch workflow's calls (read workflows keep no n8n execution record)."""
+
+        async def call_batch(self, path: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+            batches.append(path)
+            return await super().call_batch(path, body)
+
     async def go() -> tuple[int, int, dict[int, Any]]:
         async with N8nClient(n8n.base_url, n8n.api_key) as client:
-            transport = N8nTransport(client)
-            before = len(await transport.executions_of(batch_name))
+            transport = Counting(client)
+            before = len(batches)
             server.seen.clear()
             result = await run_preview(
                 doc,
@@ -180,9 +201,10 @@ def test_same_op_reads_are_one_n8n_execution_with_the_outputs_of_one_per_step(
                 actor="u-alice",
                 now=system_clock(),
             )
-            gets = sorted(p for m, p, _ in server.seen if m == "GET")
-            assert gets == ["/alice@example.com/calendar/", "/bob@example.com/calendar/"]
-            after = len(await transport.executions_of(batch_name))
+            asked = sorted(p for m, p, b in server.seen if _is_window_query(m, b))
+            assert asked == ["/alice@example.com/calendar/", "/bob@example.com/calendar/"]
+            after = len(batches)
+            assert await transport.executions_of(batch_name) == [], "a read keeps no record"
             one_each = N8nStepRunner(
                 plan=plan,
                 plan_hash=doc["plan_hash"],
@@ -197,7 +219,7 @@ def test_same_op_reads_are_one_n8n_execution_with_the_outputs_of_one_per_step(
 
     before, after, outputs = asyncio.run(go())
     assert after == before + 1
-    assert set(outputs) == {1, 2, 3} and outputs[1]["status"] == 200
+    assert set(outputs) == {1, 2, 3} and outputs[1]["status"] == 207
 
 
 @pytest.mark.parametrize("edit", sorted(WRITE_EDITS))

@@ -20,6 +20,7 @@ from countersign.workflowbuilder import (
     CredentialRef,
     build_batch_workflow,
     build_step_workflow,
+    declared_query,
     read_only_violations,
 )
 
@@ -128,7 +129,11 @@ def test_read_only_check_catches_writes_even_if_registry_lies(registry: Registry
         if s.gate_id is None
     }
     reads = [built[n] for n in (1, 2, 3)]
-    assert [read_only_violations(wf) for wf in reads] == [[], [], []]
+    queries = [declared_query(registry.op(plan.step(n).uses, plan.step(n).call)) for n in (1, 2, 3)]
+    checked = [read_only_violations(wf, query=q) for wf, q in zip(reads, queries, strict=True)]
+    assert checked == [[], [], []]
+    # the calendar reads are REPORTs: without their op's declaration they are refused
+    assert all(read_only_violations(wf) for wf, q in zip(reads, queries, strict=True) if q)
     problems = [p for n in (5, 6, 7, 8) for p in read_only_violations(built[n])]
     assert any("PUT" in p for p in problems) and any("emailSend" in p for p in problems)
     forged = json.loads(json.dumps(reads[0]))
@@ -165,7 +170,9 @@ def test_batch_workflow_splits_items_and_reads_each_with_the_fixed_reference(
     assert (split["type"], split["typeVersion"]) == ("n8n-nodes-base.splitOut", 1)
     assert split["parameters"]["fieldToSplitOut"] == "body.items"
     assert node["parameters"]["url"] == '={{ $json.data["url"] }}'
-    assert read_only_violations(wf.workflow) == []
+    query = declared_query(registry.op(reads[0].uses, reads[0].call))
+    assert read_only_violations(wf.workflow, query=query) == []
+    assert read_only_violations(wf.workflow)  # a REPORT only for the op that declares it
     single = build_step_workflow(a, plan_hash(a), reads[0].step, registry)
     assert wf.path != single.path
     assert single.workflow["name"] not in wf.workflow["name"]

@@ -26,6 +26,7 @@ from countersign.workflowbuilder import (
     HTTP_REQUEST,
     CredentialRef,
     build_step_workflow,
+    declared_query,
     read_only_violations,
 )
 from countersign.workflowbuilder.core import _data_expr
@@ -394,7 +395,7 @@ def test_the_registry_ops_are_classified_as_the_registry_says(
         if op.gate or (s.mode == "durable" and op.safety == "write"):
             continue
         wf = build_step_workflow(plan, h, s.step, registry, credentials=CREDS).workflow
-        problems = read_only_violations(wf)
+        problems = read_only_violations(wf, query=declared_query(op))
         assert (problems == []) == (op.safety == "read"), (s.uses, s.call, problems)
         seen += 1
     assert seen

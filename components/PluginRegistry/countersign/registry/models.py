@@ -60,7 +60,7 @@ class ParamSpec(Contract):
     arg: str | None = None
     template: str | None = None
     setting: str | None = None
-    fn: Literal["ics_event", "ics_invite", "json_body", "mail_text"] | None = None
+    fn: Literal["caldav_query", "ics_event", "ics_invite", "json_body", "mail_text"] | None = None
     fn_args: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -35,6 +35,7 @@ from countersign.workflowbuilder import (
     StepWorkflow,
     build_batch_workflow,
     build_workflow_for_step,
+    declared_query,
     read_only_violations,
 )
 
@@ -224,7 +225,9 @@ class N8nStepRunner:
         if self.read_only:
             problems = [
                 f"step {step.step} ({step.uses}.{step.call}): {p}"
-                for p in read_only_violations(wf.workflow)
+                for p in read_only_violations(
+                    wf.workflow, query=declared_query(self.registry.op(step.uses, step.call))
+                )
             ]
             if problems:
                 raise PreviewRefusedError(

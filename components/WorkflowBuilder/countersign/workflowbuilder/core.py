@@ -39,6 +39,7 @@ from countersign.binding import (
 from countersign.kernel import BindingError, Plan, PlanStep
 from countersign.registry import Registry
 
+from .queries import SafeQuery, declared_query
 from .readonly import CODE, HTTP_REQUEST, READ_METHODS, SPLIT_OUT, WEBHOOK, read_only_violations
 
 __all__ = [
@@ -187,12 +188,13 @@ def _settings(keep: str) -> dict[str, Any]:
     }
 
 
-def _keep(bound: BoundNode, nodes: list[dict[str, Any]]) -> str:
+def _keep(bound: BoundNode, nodes: list[dict[str, Any]], query: SafeQuery | None = None) -> str:
     """``none`` when the op is a read by the registry AND the workflow provably cannot write
     (``read_only_violations`` finds nothing: the allow-list that guards a preview), else ``all``
     — a doubt keeps the record."""
     probe = {"nodes": nodes, "connections": {}}
-    if bound.safety == "read" and not read_only_violations(probe):
+    # a query the op declares (a CalDAV REPORT, ``queries``) is a read here as in a preview
+    if bound.safety == "read" and not read_only_violations(probe, query=query):
         return KEEP_NONE
     return KEEP_ALL
 
@@ -256,7 +258,7 @@ def build_workflow_for_step(
         "connections": {
             a: {"main": [[{"node": b, "type": "main", "index": 0}]]} for a, b in pairwise(chain)
         },
-        "settings": _settings(_keep(bound, nodes)),
+        "settings": _settings(_keep(bound, nodes, declared_query(registry.op(s.uses, s.call)))),
     }
     return StepWorkflow(step=s.step, path=path, workflow=workflow)
 
