@@ -106,6 +106,11 @@ def worker_cmd() -> None:
     from datetime import UTC, datetime  # noqa: PLC0415
 
     settings = Settings()
+    from countersign.kernel.logs import configure_logging  # noqa: PLC0415
+    from countersign.kernel.tracing import configure_tracing  # noqa: PLC0415
+
+    configure_logging(settings.log_level)
+    configure_tracing(settings.otlp_endpoint, service="countersign-worker")
     db = Database.open(settings)
     registry_store = RegistryStore(
         db, settings.registry_dir, AuditLog(clock=system_clock), system_clock

@@ -15,7 +15,7 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, Interceptor, WorkflowHandle
 from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
@@ -358,7 +358,11 @@ async def connect(
     for attempt in range(40):
         try:
             return await Client.connect(
-                address, namespace=namespace, data_converter=data_converter(codec), tls=tls
+                address,
+                namespace=namespace,
+                data_converter=data_converter(codec),
+                tls=tls,
+                interceptors=_interceptors(),
             )
         except RuntimeError as e:  # temporalio: "Failed client connect: ..."
             if "not healthy yet" in str(e) and attempt < 39:
@@ -370,6 +374,18 @@ async def connect(
         f"cannot reach Temporal at {address} (namespace {namespace!r}): {failure}; "
         "is `countersign temporal up` running, or COUNTERSIGN_TEMPORAL_ADDRESS right?"
     ) from failure
+
+
+def _interceptors() -> list[Interceptor]:
+    """temporalio's OpenTelemetry interceptor while tracing is on (a worker built on the client
+    inherits it): the API's request, the workflow and its activities are one trace."""
+    from countersign.kernel.tracing import tracing_enabled  # noqa: PLC0415
+
+    if not tracing_enabled():
+        return []
+    from temporalio.contrib.opentelemetry import TracingInterceptor  # noqa: PLC0415
+
+    return [TracingInterceptor()]
 
 
 def make_worker(
