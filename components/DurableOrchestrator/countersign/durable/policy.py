@@ -6,44 +6,12 @@ they will be sent (references resolved from what was read and chosen) — agains
 policy this worker runs under, as the interactive executor does (``execute.policy.check_policy``,
 the same rule semantics over ``kernel.rule_hits``): a sure ``deny`` rule refuses it, and so does a
 ``gate`` rule that the write's guarding gate (``steps.guarding_gate``) does not name — a plan
-signed with a gate dropped, or made under other rules. Pure: the caller audits and raises.
+signed with a gate dropped, or made under other rules. The evaluation is StepRunner's
+``steps.policy_refusal``, the one both runtimes call; the caller audits and raises.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from countersign.kernel import Plan, PlanStep, Policy, rule_hits
-from countersign.steps import guarding_gate
+from countersign.steps import policy_refusal
 
 __all__ = ["policy_refusal"]
-
-
-def _named(plan: Plan, gate: str | None) -> set[str]:
-    """The rules the gate's ``because`` names (none without a gate)."""
-    if gate is None:
-        return set()
-    step = next((s for s in plan.graph if s.gate_id == gate), None)
-    because = step.args.get("because") if step is not None else None
-    items = because if isinstance(because, list) else []
-    return {str(b.get("rule")) for b in items if isinstance(b, Mapping)}
-
-
-def policy_refusal(
-    plan: Plan, step: PlanStep, args: Mapping[str, Any], policy: Policy
-) -> str | None:
-    """Why the write ``step`` with ``args`` may not run under ``policy`` (None: it may)."""
-    gate = guarding_gate(plan, step.step)
-    named = _named(plan, gate)
-    op = f"{step.uses}.{step.call}"
-    for hit in rule_hits(policy.rules, op, args):
-        if hit.then == "deny" and hit.sure:
-            return f"rule {hit.rule!r} denies step {step.step} ({op}): {hit.because}"
-        if hit.then == "gate" and hit.rule not in named:
-            where = f"{gate} does not say so" if gate else "no gate guards it"
-            return (
-                f"rule {hit.rule!r} gates step {step.step} ({op}) because {hit.because}, and "
-                f"{where} (the plan was made under other rules): plan again"
-            )
-    return None

@@ -14,33 +14,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from countersign.binding import resolve_refs
-from countersign.kernel import CountersignError, Plan, Policy, rule_hits
+from countersign.kernel import CountersignError, Plan, Policy
+from countersign.steps import policy_refusal
 
-from .state import PolicyRefusedError, gate_step
+from .state import PolicyRefusedError
 
 __all__ = ["check_policy"]
-
-
-def _named(plan: Plan, gate: str) -> set[str]:
-    because = plan.step(gate_step(plan, gate)).args.get("because")
-    items = because if isinstance(because, list) else []
-    return {str(b.get("rule")) for b in items if isinstance(b, Mapping)}
-
-
-def _refusal(
-    plan: Plan, gate: str, step: int, op: str, args: Mapping[str, Any], policy: Policy
-) -> str | None:
-    """Why the write may not run under ``policy`` (None: it may)."""
-    named = _named(plan, gate)
-    for hit in rule_hits(policy.rules, op, args):
-        if hit.then == "deny" and hit.sure:
-            return f"rule {hit.rule!r} denies step {step} ({op}): {hit.because}"
-        if hit.then == "gate" and hit.rule not in named:
-            return (
-                f"rule {hit.rule!r} gates step {step} ({op}) because {hit.because}, and {gate} "
-                "does not say so (the plan was made under other rules): plan again"
-            )
-    return None
 
 
 def check_policy(
@@ -62,7 +41,7 @@ def check_policy(
             args = resolve_refs(s.args, outputs, choices)
         except CountersignError:
             args = dict(s.args)  # what cannot be resolved yet stays a reference: unknown
-        why = _refusal(plan, gate, n, op, args if isinstance(args, Mapping) else {}, policy)
+        why = policy_refusal(plan, s, args if isinstance(args, Mapping) else {}, policy, gate=gate)
         if why is not None:
             refused(why, n, op)
             raise PolicyRefusedError(f"plan {plan.plan_id}: {why}")

@@ -11,6 +11,7 @@ from .compensation import compensation_step, compensation_steps, original_of
 from .direct import DirectSend, DirectSender
 from .gates import gate_scopes, guarding_gate
 from .locks import lock_keys, step_lock_key
+from .policy import policy_refusal
 from .runner import (
     N8nStepRunner,
     PreparedStep,
@@ -91,6 +92,7 @@ __all__ = [
     "no_marks",
     "offered_choices",
     "original_of",
+    "policy_refusal",
     "run_dag",
     "step_lock_key",
     "step_output",
