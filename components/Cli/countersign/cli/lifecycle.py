@@ -41,6 +41,15 @@ def up_cmd(
         bool,
         typer.Option("--detach", help="Return once everything runs; 'countersign down' stops it."),
     ] = False,
+    scale: Annotated[
+        bool,
+        typer.Option(
+            "--scale",
+            help="Several of each: two APIs (PORT, PORT+1), two durable workers, n8n in queue "
+            "mode with two workers and Redis (COUNTERSIGN_API_REPLICAS, COUNTERSIGN_DURABLE_WORKERS "
+            "and COUNTERSIGN_N8N_WORKERS set other numbers).",
+        ),
+    ] = False,
 ) -> None:
     """Start the whole stack on embedded defaults — PostgreSQL + pgvector, the Temporal dev server
     (+ UI), n8n, the sandbox providers, the durable worker, the API on 127.0.0.1:PORT — then run
@@ -48,7 +57,21 @@ def up_cmd(
     print where everything is, with a one-time login link. Stays in the foreground (logs in the
     data folder) until Ctrl-C, which stops everything; ``--detach`` returns instead."""
 
-    guard(lambda: _up(Settings(), intent, services=services, port=port, detach=detach))
+    guard(lambda: _up(_scaled(scale), intent, services=services, port=port, detach=detach))
+
+
+def _scaled(scale: bool) -> Settings:
+    """The settings, with at least two of each process when ``scale``."""
+    settings = Settings()
+    if not scale:
+        return settings
+    return settings.model_copy(
+        update={
+            "api_replicas": max(2, settings.api_replicas),
+            "durable_workers": max(2, settings.durable_workers),
+            "n8n_workers": max(2, settings.n8n_workers),
+        }
+    )
 
 
 def _say(line: str) -> None:

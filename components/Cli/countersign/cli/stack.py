@@ -31,8 +31,6 @@ from countersign.kernel.process import (
     stop_group,
     wait_port,
 )
-from countersign.n8n import install as n8n_install
-from countersign.n8n import start as n8n_start
 from countersign.n8n import status as n8n_status
 from countersign.n8n import stop as n8n_stop
 from countersign.sandbox import SandboxPorts, start_sandbox, stop_sandbox
@@ -55,10 +53,14 @@ class StackInfo:
     n8n_login: str
     mailbox: str
     logs: Path
+    #: the other API processes (``api_replicas`` > 1), same database, Temporal and n8n
+    more_apis: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
+        more = [f"more APIs        {', '.join(self.more_apis)}"] if self.more_apis else []
         return [
             f"API + chat page  {self.api}",
+            *more,
             f"sign in (once)   {self.login}",
             f"Temporal UI      {self.temporal_ui}",
             f"n8n editor       {self.n8n}  ({self.n8n_login})",
@@ -86,8 +88,9 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
     db = Database.open(settings)
     say(f"database ok: schema {db.current_revision()}")
     n8n_dir = settings.home / "n8n"
-    _start_n8n(settings, n8n_dir, say)
-    say(f"n8n ok: http://127.0.0.1:{settings.n8n_port}")
+    _start_n8n(settings, n8n_dir, db.engine.url.render_as_string(hide_password=False), say)
+    mode = f"queue mode, {settings.n8n_workers} workers" if settings.n8n_workers else "one process"
+    say(f"n8n ok: http://127.0.0.1:{settings.n8n_port} ({mode})")
     t = _start_temporal(settings, port)
     say(f"temporal ok: {t['address']} (UI {t['ui']})")
     sandbox = start_sandbox(
@@ -102,10 +105,13 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
             {**sandbox.connector_settings(), **settings.connector_settings}
         ),
     }
-    _start_worker(run, logs, env)
-    say("worker ok")
-    _start_api(settings, port, run, logs, env)
-    say(f"api ok: http://127.0.0.1:{port}")
+    for i in range(settings.durable_workers):
+        _start_worker(run, logs, env, i)
+    say(f"worker ok ({settings.durable_workers})")
+    apis = [port + i for i in range(settings.api_replicas)]
+    for i, p in enumerate(apis):
+        _start_api(settings, p, run, logs, env, i)
+    say(f"api ok: {', '.join(f'http://127.0.0.1:{p}' for p in apis)}")
     from countersign.api import UserStore  # noqa: PLC0415 - `up` only (`down` imports this module)
 
     users = UserStore(db, clock=system_clock)
@@ -120,19 +126,20 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
         n8n_login=f"owner@countersign.local, password in {n8n_dir / 'countersign-owner-password'}",
         mailbox=sandbox.mailbox_url,
         logs=logs,
+        more_apis=tuple(f"http://127.0.0.1:{p}" for p in apis[1:]),
     )
 
 
-def _start_n8n(settings: Settings, n8n_dir: Path, say: Callable[[str], None]) -> None:
-    """n8n, unless it already answers healthy (installed into the cache on first use)."""
+def _start_n8n(
+    settings: Settings, n8n_dir: Path, database_url: str, say: Callable[[str], None]
+) -> None:
+    """n8n, unless it already answers healthy (installed into the cache on first use): one
+    process, or queue mode on ``database_url`` with ``settings.n8n_workers`` workers."""
+    from countersign.n8n.queue import start_configured  # noqa: PLC0415 - `up` only
+
     if not n8n_status(n8n_dir).get("healthy"):
         say("starting n8n (installs into the cache on first use, ~5 min once) …")
-        n8n_start(
-            n8n_install(settings.cache_dir),
-            n8n_dir,
-            port=settings.n8n_port,
-            extra_env={"N8N_EXPRESSION_ENGINE": settings.n8n_expression_engine},
-        )
+        start_configured(settings, n8n_dir, database_url=database_url)
 
 
 def _start_temporal(settings: Settings, port: int) -> dict[str, Any]:
@@ -153,29 +160,37 @@ def _start_temporal(settings: Settings, port: int) -> dict[str, Any]:
 _EXE = [sys.executable, "-m", "countersign.cli"]
 
 
-def _start_worker(run: Path, logs: Path, env: dict[str, str]) -> None:
-    """The durable worker, unless its pid file names a live process."""
-    worker_pid = read_pid(run / "worker.pid")
+def _name(kind: str, index: int) -> str:
+    """``worker``, ``worker-2``, …: the first of each keeps the name it always had."""
+    return kind if index == 0 else f"{kind}-{index + 1}"
+
+
+def _start_worker(run: Path, logs: Path, env: dict[str, str], index: int = 0) -> None:
+    """Durable worker ``index``, unless its pid file names a live process."""
+    name = _name("worker", index)
+    worker_pid = read_pid(run / f"{name}.pid")
     if worker_pid is None or not alive(worker_pid):
         spawn(
             [*_EXE, "temporal", "worker"],
-            log=logs / "worker.log",
-            pid_file=run / "worker.pid",
+            log=logs / f"{name}.log",
+            pid_file=run / f"{name}.pid",
             env=env,
         )
 
 
-def _start_api(settings: Settings, port: int, run: Path, logs: Path, env: dict[str, str]) -> None:
-    """The API on ``port``, unless it runs already; waits until it reports healthy."""
-    if not stack_running(settings, port):
+def _start_api(
+    settings: Settings, port: int, run: Path, logs: Path, env: dict[str, str], index: int = 0
+) -> None:
+    """API process ``index`` on ``port``, unless it runs already; waits until it is healthy."""
+    name = _name("api", index)
+    pid = read_pid(run / f"{name}.pid")
+    if pid is None or not alive(pid) or not port_open(port):
+        log = logs / f"{name}.log"
         api = spawn(
-            [*_EXE, "api", "--port", str(port)],
-            log=logs / "api.log",
-            pid_file=run / "api.pid",
-            env=env,
+            [*_EXE, "api", "--port", str(port)], log=log, pid_file=run / f"{name}.pid", env=env
         )
-        wait_port(port, api, name="the API", log=logs / "api.log", timeout_s=60)
-        _wait_healthy(f"http://127.0.0.1:{port}/healthz", logs / "api.log")
+        wait_port(port, api, name=f"the API ({name})", log=log, timeout_s=60)
+        _wait_healthy(f"http://127.0.0.1:{port}/healthz", log)
 
 
 def _wait_healthy(url: str, log: Path, timeout_s: float = 60) -> None:
@@ -200,14 +215,20 @@ def _wait_healthy(url: str, log: Path, timeout_s: float = 60) -> None:
 def stack_down(settings: Settings, *, say: Callable[[str], None]) -> None:
     """Stop everything ``up`` started, newest first, PostgreSQL included."""
     run = _run_dir(settings)
-    say(f"api: {'stopped' if stop_group(run / 'api.pid') else 'not running'}")
-    say(f"worker: {'stopped' if stop_group(run / 'worker.pid') else 'not running'}")
+    say(f"api: {'stopped' if _stop_all(run, 'api') else 'not running'}")
+    say(f"worker: {'stopped' if _stop_all(run, 'worker') else 'not running'}")
     stopped = stop_sandbox(settings.home)
     say(f"sandbox: {'stopped' if stopped else 'not running'}")
     say(f"n8n: {'stopped' if n8n_stop(settings.home / 'n8n') else 'not running'}")
     say(f"temporal: {'stopped' if temporal_stop(settings.home / 'temporal') else 'not running'}")
     if settings.database_url is None:
         say(f"postgres: {'stopped' if stop_embedded(settings.home / 'pg') else 'not running'}")
+
+
+def _stop_all(run: Path, kind: str) -> bool:
+    """Stop every ``kind`` process of the stack (``api.pid``, ``api-2.pid``, …); True if any ran."""
+    files = [run / f"{kind}.pid", *sorted(run.glob(f"{kind}-*.pid"))]
+    return any([stop_group(f) for f in files])
 
 
 def wait_for_interrupt(on_stop: Callable[[], Any]) -> None:

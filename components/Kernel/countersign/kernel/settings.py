@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     #: ``redis-server``) between them and n8n's data in a database ``n8n`` on Countersign's
     #: PostgreSQL (N8nRuntime LLD, queue mode).
     n8n_workers: int = Field(default=0, ge=0, le=16)
+    #: API processes ``countersign up`` starts (on PORT, PORT+1, …), all on one database, one
+    #: Temporal and one n8n; login sessions and the rate limit live in the database, so any of
+    #: them serves anyone. ``up --scale`` makes it at least 2.
+    api_replicas: int = Field(default=1, ge=1, le=8)
+    #: durable workers ``countersign up`` starts on the one task queue (``up --scale``: ≥ 2).
+    durable_workers: int = Field(default=1, ge=1, le=8)
     #: Deployment settings connectors read as ``{@name}`` (base URLs, sender address, SMTP host),
     #: e.g. ``COUNTERSIGN_CONNECTOR_SETTINGS='{"caldav_base_url": "http://127.0.0.1:5232"}'``.
     connector_settings: dict[str, str] = Field(default_factory=dict)
