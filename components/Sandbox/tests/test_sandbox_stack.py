@@ -45,6 +45,7 @@ def test_start_sandbox_answers_says_sandbox_and_stops(tmp_path: Path) -> None:
             "smtp_from": "countersign@example.com",
             "shop_base_url": handle.shop_url,
             "visa_base_url": handle.visa_url,
+            "mailbox_url": handle.mailbox_url,
         }
         status = sandbox_status(tmp_path)
         assert status["running"] and status["connector_settings"] == s

@@ -13,7 +13,7 @@ __all__ = ["CHAT", "MEMORY", "STATIC", "page"]
 STATIC = Path(__file__).parent / "static"
 #: the chat page's scripts, in the order they load (deferred: all run before DOMContentLoaded;
 #: chat.js, last, starts the page)
-CHAT_SCRIPTS = ("dag.js", "reads.js", "card.js", "gates.js", "evidence.js", "chat.js")
+CHAT_SCRIPTS = ("dag.js", "reads.js", "card.js", "gates.js", "evidence.js", "settle.js", "chat.js")
 MEMORY_SCRIPTS = ("memory.js",)
 
 CHAT = """

@@ -111,7 +111,8 @@ class SandboxHandle:
 
     def connector_settings(self) -> dict[str, str]:
         """The ``{@name}`` settings of the registry's connectors that point at the sandbox
-        (``caldav``, ``smtp``, ``shop.sandbox``, ``visa.sandbox``)."""
+        (``caldav``, ``smtp``, ``shop.sandbox``, ``visa.sandbox``), and the mailbox the settling
+        passes read."""
         return {
             "caldav_base_url": self.caldav_url,
             "smtp_host": self.smtp_host,
@@ -119,6 +120,8 @@ class SandboxHandle:
             "smtp_from": SMTP_FROM,
             "shop_base_url": self.shop_url,
             "visa_base_url": self.visa_url,
+            # the sandbox mailbox, read (never written) to settle a mail whose send was cut short
+            "mailbox_url": self.mailbox_url,
         }
 
     def urls(self) -> dict[str, str]:
