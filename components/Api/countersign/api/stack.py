@@ -33,6 +33,7 @@ from countersign.kernel.process import alive, port_open, read_pid
 from countersign.kernel.tracing import configure_tracing
 from countersign.n8n import N8nClient, handle_from
 from countersign.n8n import status as n8n_status
+from countersign.n8n.keeping import configured_execution_store
 from countersign.planwriter import PlanWriter
 from countersign.registry.store import RegistryStore
 from countersign.sandbox import SANDBOX_CONTACTS, sandbox_status
@@ -202,6 +203,10 @@ def configured_credentials(settings: Settings) -> dict[str, CredentialRef]:
 async def n8n_runtime(stack: Stack) -> AsyncIterator[StepTransport]:
     """The running n8n of the data folder as the step runtime (with its SMTP credential)."""
     handle = handle_from(stack.settings.home / "n8n")
+    # a forget reaches n8n's own records: its SQLite, or the n8n database in queue mode
+    stack.services.memory.n8n_store = configured_execution_store(
+        stack.settings, handle.data_dir, database_url=libpq_url(stack.services.db)
+    )
     async with N8nClient(handle.base_url, handle.api_key) as client:
         cred = await _smtp_credential(client, stack.settings)
         stack.services.runtime.use_credentials(

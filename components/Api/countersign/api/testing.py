@@ -25,6 +25,7 @@ from countersign.audit import AuditLog
 from countersign.intake import Contact
 from countersign.kernel import Policy, source_registry_dir
 from countersign.n8n import N8nClient, N8nHandle
+from countersign.n8n.keeping import SqliteExecutionStore
 from countersign.registry import Registry
 from countersign.registry.store import RegistryStore
 from countersign.sandbox import SANDBOX_CONTACTS, Radicale, SmtpSink
@@ -279,6 +280,7 @@ def harness(
         **(settings or {}),
     }
     services = _services(db, registry, keyring, reads, connector_settings, smtp_credential)
+    services.memory.n8n_store = SqliteExecutionStore.of(n8n.data_dir)  # forget reaches n8n
     users = UserStore(db, clock=_clock, reads=reads)
     keys = {ALICE: users.add(ALICE), BOB: users.add(BOB), "root": users.add("root", admin=True)}
 

@@ -66,9 +66,10 @@ USER_TABLES: dict[str, str] = {
     "conversations": "user_id = :u",
     "login_links": "user_id = :u",
     "api_sessions": "user_id = :u",
+    "api_rate": "user_id = :u",
     "api_users": "user_id = :u",
 }
-_ACCOUNT = {"api_users", "api_sessions", "login_links"}
+_ACCOUNT = {"api_users", "api_sessions", "login_links", "api_rate"}
 _PLAN_KEYED = {
     "plan_steps",
     "approval_tokens",
