@@ -54,19 +54,23 @@ class Recorder:
                         },
                     }
                 )
+                status = 200
                 if self.command == "GET" and "/calendar/" in self.path:  # a CalDAV collection
                     out = b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//cs//t//EN\r\nEND:VCALENDAR\r\n"
                     ctype = "text/calendar"
+                elif self.command == "REPORT":  # a calendar-query: an empty window
+                    out = b'<?xml version="1.0"?><multistatus xmlns="DAV:"/>'
+                    ctype, status = "application/xml", 207
                 else:
                     out = b'{"id": "r-1", "slots": [], "items": []}'
                     ctype = "application/json"
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
                 self.wfile.write(out)
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any  # noqa: N815
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_REPORT = _any  # noqa: N815
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -30,7 +30,7 @@ from countersign.audit import AuditLog
 from countersign.binding import render_data, resolve_step
 from countersign.execute import Executor
 from countersign.kernel import Intent, Plan, Policy, content_hash, system_clock
-from countersign.n8n import N8nClient, N8nHandle, free_port
+from countersign.n8n import N8nApiError, N8nClient, N8nHandle, free_port
 from countersign.n8n.executions import RecordScan
 from countersign.planner.testing import signed_plan
 from countersign.preview import run_preview
@@ -172,6 +172,54 @@ async def _preview(w: World, doc: dict[str, Any], transport: N8nTransport) -> di
     start = datetime.fromisoformat(first.replace("Z", "+00:00"))
     end = (start + timedelta(minutes=30)).isoformat().replace("+00:00", "Z")
     return {"start": first, "end": end}
+
+
+_goes_on = iter(range(1, 1_000_000))
+
+
+async def _n8n_goes_on(client: N8nClient) -> None:
+    """One kept n8n execution now (a write-like workflow that saves its data): n8n's records
+    reach past this moment. Previews no longer leave any (read workflows save nothing)."""
+    path = f"goes-on-{next(_goes_on)}-{datetime.now(UTC).timestamp():.0f}"
+    trigger = {"httpMethod": "POST", "path": path, "responseMode": "lastNode", "options": {}}
+    code = {
+        "mode": "runOnceForAllItems",
+        "language": "javaScript",
+        "jsCode": "return [{json: {}}];",
+    }
+    wf = {
+        "name": f"test {path}",
+        "nodes": [
+            {
+                "id": "t",
+                "name": "Trigger",
+                "type": "n8n-nodes-base.webhook",
+                "typeVersion": 2,
+                "position": [0, 0],
+                "webhookId": path,
+                "parameters": trigger,
+            },
+            {
+                "id": "c",
+                "name": "Code",
+                "type": "n8n-nodes-base.code",
+                "typeVersion": 2,
+                "position": [300, 0],
+                "parameters": code,
+            },
+        ],
+        "connections": {"Trigger": {"main": [[{"node": "Code", "type": "main", "index": 0}]]}},
+        "settings": {"executionOrder": "v1", "saveDataSuccessExecution": "all"},
+    }
+    created = await client.create_workflow(wf)
+    await client.activate(created["id"])
+    for _ in range(40):  # webhook registration is asynchronous on n8n 2.x
+        try:
+            await client.call_webhook(path, {})
+            return
+        except N8nApiError:
+            await asyncio.sleep(0.25)
+    raise AssertionError("the goes-on webhook never registered")
 
 
 def _approve(w: World, doc: dict[str, Any], slot: dict[str, str]) -> dict[str, str]:
@@ -346,7 +394,7 @@ def test_pruned_record_stays_unknown(world: World, how: str) -> None:
             for e in page:
                 await client.delete_execution(e["id"])
             transport = N8nTransport(client)
-            await _preview(w, _signed(w), transport)  # newer executions: n8n goes on
+            await _n8n_goes_on(client)  # newer executions: n8n goes on
             settled = await w.executor(transport).reconcile(
                 doc, user_id=ALICE, settle_after_s=0, scan=SAME_CLOCK
             )
@@ -379,13 +427,13 @@ def test_key_n8n_never_ran_is_failed_only_when_records_cover_the_send(world: Wor
     async def go() -> tuple[dict[int, str], dict[int, str]]:
         async with w.client() as client:
             transport = N8nTransport(client)
-            await _preview(w, doc, transport)  # executions before the send
+            await _n8n_goes_on(client)  # executions before the send
             ledger.claim(key, content_hash(args), owner="t")
             ledger.mark_sent(key, owner="t")
             ledger.mark_unknown(key, "ReadTimeout", owner="t")
             executor = w.executor(transport)
             before = await executor.reconcile(doc, user_id=ALICE, settle_after_s=0, scan=SAME_CLOCK)
-            await _preview(w, _signed(w), transport)  # executions after it
+            await _n8n_goes_on(client)  # executions after it
             after = await executor.reconcile(doc, user_id=ALICE, settle_after_s=0, scan=SAME_CLOCK)
             return before, after
 
