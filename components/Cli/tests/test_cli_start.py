@@ -96,7 +96,8 @@ def test_verify_refusal_goes_to_the_signer_without_the_service_stack(
 ) -> None:
     home, f = signed
     doc = json.loads(f.read_text())
-    doc["plan"]["plan_id"] = doc["plan"]["plan_id"][:-1] + "0"
+    pid = doc["plan"]["plan_id"]
+    doc["plan"]["plan_id"] = pid[:-1] + ("1" if pid.endswith("0") else "0")  # always a change
     bad = f.with_name("bad.json")
     bad.write_text(json.dumps(doc))
     r, modules = imported(home, "verify", str(bad))
