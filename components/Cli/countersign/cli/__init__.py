@@ -21,6 +21,7 @@ _LAZY: dict[str, str] = {
 }
 
 if not TYPE_CHECKING:
+    # its own copy of kernel.lazy_exports: `verify FILE` must not import countersign.kernel
 
     def __getattr__(name: str) -> object:
         module = _LAZY.get(name)

@@ -5,7 +5,6 @@
 # only what it uses). The names, and what they are, are those of the eager imports below.
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -136,14 +135,6 @@ _LAZY: dict[str, str] = {
 }
 
 if not TYPE_CHECKING:
+    from countersign.kernel import lazy_exports
 
-    def __getattr__(name: str) -> object:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f".{module}", __name__), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .canonical import canonical_bytes, content_hash, sha256_hex
@@ -123,6 +124,7 @@ __all__ = [
     "content_hash",
     "derived_ulid",
     "format_utc",
+    "lazy_exports",
     "loads_strict",
     "loads_yaml_strict",
     "parse_contract",
@@ -201,15 +203,27 @@ _LAZY: dict[str, str] = {
     "url_refusal": "urls",
 }
 
-if not TYPE_CHECKING:
 
-    def __getattr__(name: str) -> object:
-        module = _LAZY.get(name)
+def lazy_exports(
+    package: str, table: Mapping[str, str], namespace: dict[str, Any]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """Lazy package exports (PEP 562), one implementation for every light ``__init__``: the
+    ``__getattr__`` and ``__dir__`` of ``package`` whose exported names live in the
+    modules ``table`` names (relative to the package); ``namespace``: its ``globals()``."""
+
+    def getattr_(name: str) -> object:
+        module = table.get(name)
         if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f".{module}", __name__), name)
-        globals()[name] = value
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f".{module}", package), name)
+        namespace[name] = value
         return value
 
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
+    def dir_() -> list[str]:
+        return sorted({*namespace, *table})
+
+    return getattr_, dir_
+
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
