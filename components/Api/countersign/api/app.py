@@ -47,6 +47,7 @@ from .routes import (
     settle,
 )
 from .routes import registry as registry_routes
+from .services.pruning import PruneDesk
 from .services.settle import SETTLE_EVERY_S, SettleDesk
 from .users import UserStore
 from .wiring import Services
@@ -116,6 +117,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             every = min(SETTLE_EVERY_S, cfg.reconcile_every_s)
             settling = asyncio.create_task(loop.passes(every))
             stack.push_async_callback(_stop_task, settling)
+        if cfg.runtime is not None and cfg.prune_every_s > 0:
+            # a write's n8n record goes once the write is settled (N8nRuntime "What n8n keeps")
+            pruning = asyncio.create_task(PruneDesk(services.runtime).passes(cfg.prune_every_s))
+            stack.push_async_callback(_stop_task, pruning)
         if hub is not None:
             await hub.start()
             stack.push_async_callback(hub.stop)

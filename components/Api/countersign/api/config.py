@@ -31,6 +31,10 @@ class ApiConfig:
     #: in the Temporal UI, timed out) while the API runs; 0 = only at start and by ``countersign
     #: reconcile`` (``Settings.durable_reconcile_every_s`` under ``countersign up``)
     reconcile_every_s: float = 60.0
+    #: seconds between passes that delete the n8n records of settled writes (``PruneDesk``;
+    #: ``build_app`` sets 10 for ``countersign api``); 0 = never (test harnesses that read the
+    #: records a run left)
+    prune_every_s: float = 0.0
     #: where the chat page links a durable run: ``<this>/<workflow_id>`` (the Temporal Web UI's
     #: workflows page of the namespace); None = no link
     temporal_ui: str | None = None

@@ -4,8 +4,10 @@
   ``saveDataSuccessExecution/saveDataErrorExecution: "none"``, so n8n deletes their executions
   when they end; the calendars a preview read never rest in n8n.
 - A write keeps its record until it is settled: the reconciler finds it by the idempotency key
-  (``executions.find_execution``); then :func:`prune_settled` deletes it (n8n's own pruning,
-  EXECUTIONS_DATA_MAX_AGE, takes whatever is left).
+  (``executions.find_execution``); once the ledger holds the key settled (completed or failed),
+  :func:`prune_settled` deletes it — the API's lifespan runs it with the settling passes (n8n's
+  own pruning, EXECUTIONS_DATA_MAX_AGE, takes whatever is left: a key still unknown, in
+  progress, or gone from the ledger).
 - A forget (:func:`forget_executions`) deletes only the forgetting person's executions — those
   whose trigger body names one of their plans (:func:`owner_plan`), never one that merely
   mentions them — and **redacts** the forgotten person's address and plan ids in everyone else's
@@ -27,7 +29,7 @@ import binascii
 import json
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,7 +40,6 @@ from psycopg.conninfo import make_conninfo
 from countersign.kernel import Settings, ascii_digits, content_hash
 
 from .errors import N8nUnavailableError
-from .executions import ExecutionSource, KeyRef, RecordScan, find_execution
 from .queue import N8nDatabase
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "Forgetting",
     "PostgresExecutionStore",
     "SqliteExecutionStore",
+    "carried_key",
     "configured_execution_store",
     "execution_store",
     "forget_executions",
@@ -93,9 +95,7 @@ def mention_pattern(needles: Iterable[str]) -> re.Pattern[str] | None:
     return re.compile(r"(?<![A-Za-z0-9_])(?:" + alt + r")(?![A-Za-z0-9_])", re.IGNORECASE)
 
 
-def owner_plan(execution: Mapping[str, Any]) -> str | None:
-    """The plan an execution ran for: its trigger body's ``plan.plan_id`` (step and batch
-    workflows both carry it); None for an execution Countersign did not start."""
+def _trigger_body(execution: Mapping[str, Any]) -> dict[str, Any] | None:
     data = execution.get("data")
     result = data.get("resultData") if isinstance(data, dict) else None
     runs = (result.get("runData") or {}).get(_TRIGGER) if isinstance(result, dict) else None
@@ -103,9 +103,34 @@ def owner_plan(execution: Mapping[str, Any]) -> str | None:
         body = runs[0]["data"]["main"][0][0]["json"]["body"]  # type: ignore[index]
     except (KeyError, IndexError, TypeError):
         return None
-    plan = body.get("plan") if isinstance(body, dict) else None
+    return body if isinstance(body, dict) else None
+
+
+def owner_plan(execution: Mapping[str, Any]) -> str | None:
+    """The plan an execution ran for: its trigger body's ``plan.plan_id`` (step and batch
+    workflows both carry it); None for an execution Countersign did not start."""
+    body = _trigger_body(execution)
+    plan = body.get("plan") if body is not None else None
     pid = plan.get("plan_id") if isinstance(plan, dict) else None
     return pid if isinstance(pid, str) else None
+
+
+def carried_key(execution: Mapping[str, Any]) -> str | None:
+    """The idempotency key ``plan_id:step:arg_hash`` a write's execution carried (its trigger
+    body: the plan, the step and the args, or the hash a redaction kept); None for anything
+    else (a batch read, an execution Countersign did not start, a record without data)."""
+    body = _trigger_body(execution)
+    if body is None:
+        return None
+    plan, args = body.get("plan"), body.get("args")
+    if not isinstance(plan, dict) or not isinstance(args, dict):
+        return None
+    pid, step = plan.get("plan_id"), plan.get("step")
+    if not isinstance(pid, str) or not isinstance(step, int) or isinstance(step, bool):
+        return None
+    redacted = body.get(REDACTED)
+    arg_hash = redacted.get("arg_hash") if isinstance(redacted, dict) else content_hash(args)
+    return f"{pid}:{step}:{arg_hash}" if isinstance(arg_hash, str) else None
 
 
 @dataclass
@@ -160,17 +185,27 @@ async def forget_executions(
     return out
 
 
+#: n8n statuses of an execution that has ended (a running one is never touched)
+_ENDED = frozenset({"success", "error", "crashed", "canceled"})
+
+
 async def prune_settled(
-    source: ExecutionSource, *, workflow_name: str, key: KeyRef, now: Any, scan: RecordScan
-) -> str | None:
-    """Delete the execution that carried a settled write's key (nothing needs it any more);
-    its id, or None when n8n holds none (``source`` must also delete: ``N8nClient``)."""
-    found = await find_execution(source, workflow_name=workflow_name, key=key, now=now, scan=scan)
-    if found.kind != "found" or found.execution is None:
-        return None
-    eid = str(found.execution.get("id"))
-    await source.delete_execution(eid)  # type: ignore[attr-defined]
-    return eid
+    client: ExecutionLister, *, settled: Callable[[str], bool], max_pages: int = 20
+) -> list[str]:
+    """Delete every ended execution whose write the ledger holds settled (``settled(key)``:
+    completed or failed): nothing needs its record any more. An execution that carries no key
+    (not Countersign's, a read), or whose key is unknown, in progress or no longer in the
+    ledger, stays — the reconciler may still need it (module docstring). The ids deleted,
+    listed first and deleted after (a delete does not move the pages being read)."""
+    doomed: list[str] = []
+    async for page in client.execution_pages(include_data=True, max_pages=max_pages):
+        for ex in page:
+            key = carried_key(ex) if ex.get("status") in _ENDED else None
+            if key is not None and settled(key):
+                doomed.append(str(ex["id"]))
+    for eid in doomed:
+        await client.delete_execution(eid)
+    return doomed
 
 
 # ---- redaction of one flatted record -----------------------------------------------------------
