@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,7 +35,7 @@ from countersign.api.testing import ALICE, BOB, ApiHarness, chromium, harness, s
 from countersign.durable import DurableActivities, connect, make_worker, payload_codec
 from countersign.durable.runtime import temporal_start, temporal_stop
 from countersign.kernel import system_clock
-from countersign.kernel.process import free_port
+from countersign.kernel.process import free_port, port_open
 from countersign.n8n import N8nHandle
 from countersign.registry import Registry
 from countersign.sandbox import Radicale, ShopSandbox, SmtpSink, VisaSandbox
@@ -194,14 +195,27 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int, int]]:
     folder = tmp_path_factory.mktemp("temporal")
-    port = free_port()
-    temporal_start(folder, port=port, ui_port=free_port())
+    port, ui_port = free_port(), free_port()
+    temporal_start(folder, port=port, ui_port=ui_port)
     try:
-        yield f"127.0.0.1:{port}"
+        yield folder, port, ui_port
     finally:
         temporal_stop(folder)
+
+
+@pytest.fixture
+def temporal(temporal_server: tuple[Path, int, int]) -> str:
+    """The module's dev server, checked before each test: one that died since (it once did, in
+    a full run, with nothing in this module to blame) is reported with its log and started
+    again, so the cards are still drawn and the death is not silent."""
+    folder, port, ui_port = temporal_server
+    if not port_open(port):
+        log = (folder / "temporal.log").read_text(errors="replace")[-2000:]
+        warnings.warn(f"the Temporal dev server had died; its log ends:\n{log}", stacklevel=1)
+        temporal_start(folder, port=port, ui_port=ui_port)
+    return f"127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -112,10 +113,32 @@ def temporal_start(
         cmd += ["--metrics-port", str(metrics_port)]
     for attr, kind in SEARCH_ATTRIBUTES.items() if search_attributes else ():
         cmd += ["--search-attribute", f"{attr}={kind}"]
-    log = folder / "temporal.log"
-    proc = spawn(cmd, log=log, pid_file=folder / "temporal.pid")
-    wait_port(port, proc, name="temporal", log=log, timeout_s=timeout_s)
+    _spawn_healthy(cmd, folder, port=port, ui_port=ui_port, timeout_s=timeout_s)
     return temporal_status(folder, port=port, ui_port=ui_port)
+
+
+def _spawn_healthy(
+    cmd: list[str], folder: Path, *, port: int, ui_port: int, timeout_s: float
+) -> None:
+    """Start the dev server and wait until it is whole: the frontend port, then the UI port (the
+    last it opens), and still alive a moment later. The dev server picks its internal ports
+    itself (free when it looked, maybe not when it binds: another process can take one in
+    between), and such a server exits just after its frontend opened; it is started again, up
+    to three times."""
+    log = folder / "temporal.log"
+    for attempt in range(3):
+        proc = spawn(cmd, log=log, pid_file=folder / "temporal.pid")
+        try:
+            wait_port(port, proc, name="temporal", log=log, timeout_s=timeout_s)
+            wait_port(ui_port, proc, name="temporal", log=log, timeout_s=timeout_s)
+            time.sleep(0.3)
+            if proc.poll() is None and port_open(port):
+                return
+            raise ServiceError(f"temporal exited with {proc.returncode} after start; see {log}")
+        except ServiceError:
+            stop_group(folder / "temporal.pid", timeout_s=10)
+            if attempt == 2:
+                raise
 
 
 def temporal_stop(folder: Path) -> bool:

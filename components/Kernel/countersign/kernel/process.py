@@ -57,17 +57,34 @@ def spawn(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    pid_file.write_text(f"{proc.pid}\n")
+    started = _start_ticks(proc.pid)
+    pid_file.write_text(f"{proc.pid} {started}\n" if started is not None else f"{proc.pid}\n")
     threading.Thread(target=proc.wait, daemon=True).start()
     return proc
 
 
-def read_pid(pid_file: Path) -> int | None:
-    """The pid a pid file names (None: no file or not a number)."""
+def _start_ticks(pid: int) -> int | None:
+    """When the process started (clock ticks since boot, ``/proc/PID/stat`` field 22), or None."""
     try:
-        return int(pid_file.read_text().strip())
-    except (OSError, ValueError):
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
         return None
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid a pid file names, while that process is still the one the file was written for
+    (None: no file, not a number, or the pid now names another process — pids are reused, and
+    signalling a stale pid's group would hit a stranger). A file with the pid alone (written
+    before the start time was recorded) is taken at its word."""
+    try:
+        fields = pid_file.read_text().split()
+        pid = int(fields[0])
+        recorded = int(fields[1]) if len(fields) > 1 else None
+    except (OSError, ValueError, IndexError):
+        return None
+    if recorded is not None and _start_ticks(pid) not in (recorded, None):
+        return None
+    return pid
 
 
 def alive(pid: int) -> bool:

@@ -55,6 +55,16 @@ class Settings(BaseSettings):
     #: ``redis-server``) between them and n8n's data in a database ``n8n`` on Countersign's
     #: PostgreSQL (N8nRuntime LLD, queue mode).
     n8n_workers: int = Field(default=0, ge=0, le=16)
+    #: n8n main's base URL when n8n runs somewhere else (another container, a cluster): the API
+    #: and the CLI verbs open ``N8nClient(n8n_url, n8n_api_key)`` instead of the n8n
+    #: ``countersign up`` started in ``home/n8n`` (unset = that local one, the default)
+    n8n_url: str | None = None
+    #: an n8n public-API key with the scopes ``countersign n8n up`` asks for (with ``n8n_url``)
+    n8n_api_key: SecretStr | None = None
+    #: libpq URL of n8n's own PostgreSQL database (queue mode elsewhere): where a forget redacts
+    #: the forgotten person in other people's n8n records; unset = n8n's SQLite in ``home/n8n``,
+    #: or the ``n8n`` database beside Countersign's when ``countersign up`` runs queue mode
+    n8n_db_url: SecretStr | None = None
     #: API processes ``countersign up`` starts (on PORT, PORT+1, …), all on one database, one
     #: Temporal and one n8n; login sessions and the rate limit live in the database, so any of
     #: them serves anyone. ``up --scale`` makes it at least 2.
