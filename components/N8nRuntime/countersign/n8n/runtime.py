@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from countersign.kernel.process import alive, free_port, kill_group, spawn, stop_group
+from countersign.kernel.process import alive, free_port, kill_group, read_pid, spawn, stop_group
 
 from .errors import N8nError, N8nInstallError, N8nUnavailableError
 
@@ -519,9 +519,9 @@ def stop(data_dir: Path, *, timeout_s: float = 15.0) -> bool:
 def status(data_dir: Path) -> dict[str, Any]:
     """``{"running": bool, "pid", "base_url", "healthy"}`` for the n8n of ``data_dir``."""
     pid_file, port_file = data_dir / "n8n.pid", data_dir / "n8n.port"
-    if not pid_file.exists():
+    pid = read_pid(pid_file)  # "<pid> <start time>" (kernel.process), or a stale one: None
+    if pid is None:
         return {"running": False}
-    pid = int(pid_file.read_text().strip())
     port = port_file.read_text().strip() if port_file.exists() else None
     base = f"http://127.0.0.1:{port}" if port else None
     healthy = False
