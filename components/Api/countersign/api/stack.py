@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from fastapi import FastAPI
 
 from countersign.audit import AuditLog
@@ -33,7 +34,11 @@ from countersign.kernel.process import alive, port_open, read_pid
 from countersign.kernel.tracing import configure_tracing
 from countersign.n8n import N8nClient, handle_from
 from countersign.n8n import status as n8n_status
-from countersign.n8n.keeping import configured_execution_store
+from countersign.n8n.keeping import (
+    ExecutionStore,
+    PostgresExecutionStore,
+    configured_execution_store,
+)
 from countersign.planwriter import PlanWriter
 from countersign.registry.store import RegistryStore
 from countersign.sandbox import SANDBOX_CONTACTS, sandbox_status
@@ -49,12 +54,16 @@ from .users import UserStore
 from .wiring import Services, build_services
 
 __all__ = [
+    "PRUNE_EVERY_S",
     "SANDBOX_POLICY",
     "Stack",
     "build_app",
     "check_base_urls",
+    "check_n8n",
     "configured_credentials",
     "load_policy",
+    "n8n_endpoint",
+    "n8n_execution_store",
     "n8n_runtime",
     "open_stack",
 ]
@@ -66,6 +75,8 @@ SANDBOX_POLICY: dict[str, Any] = {
     "card_url": "http://127.0.0.1:8000/plans/{plan_id}",
 }
 _SMTP_CREDENTIAL = "countersign smtp"
+#: how often ``countersign api`` deletes the n8n records of settled writes (``PruneDesk``)
+PRUNE_EVERY_S = 10.0
 
 
 def _now() -> datetime:
@@ -199,15 +210,84 @@ def configured_credentials(settings: Settings) -> dict[str, CredentialRef]:
     }
 
 
+def n8n_endpoint(settings: Settings) -> tuple[str, str]:
+    """The base URL and API key of the n8n this process uses: ``COUNTERSIGN_N8N_URL`` and
+    ``COUNTERSIGN_N8N_API_KEY`` when the URL is set (n8n elsewhere), else the n8n
+    ``countersign up`` started in ``home/n8n``.
+
+    Raises:
+        InputError: the URL is not http(s), or is set without a key (names the setting).
+        N8nUnavailableError: no URL is set and no local n8n runs.
+    """
+    if not settings.n8n_url:
+        handle = handle_from(settings.home / "n8n")
+        return handle.base_url, handle.api_key
+    url = settings.n8n_url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise InputError(f"COUNTERSIGN_N8N_URL ({url[:80]!r}) is not an http(s) URL with a host")
+    key = settings.n8n_api_key.get_secret_value() if settings.n8n_api_key else ""
+    if not key:
+        raise InputError(
+            "COUNTERSIGN_N8N_URL is set but COUNTERSIGN_N8N_API_KEY is not: an n8n public-API "
+            "key is needed to reach n8n at that URL"
+        )
+    return url, key
+
+
+def check_n8n(settings: Settings, *, timeout_s: float = 10.0) -> None:
+    """With ``COUNTERSIGN_N8N_URL`` set, n8n must answer there and accept the key before the
+    API starts (a wrong URL or key stops the start, naming the setting); nothing to check for
+    the local n8n (its absence is reported when the API starts its step runtime).
+
+    Raises:
+        InputError: names ``COUNTERSIGN_N8N_URL`` or ``COUNTERSIGN_N8N_API_KEY`` and why.
+    """
+    if not settings.n8n_url:
+        return
+    url, key = n8n_endpoint(settings)
+    what = f"COUNTERSIGN_N8N_URL ({url[:80]})"
+    try:
+        health = httpx.get(f"{url}/healthz", timeout=timeout_s)
+        listed = httpx.get(
+            f"{url}/api/v1/workflows",
+            params={"limit": 1},
+            headers={"X-N8N-API-KEY": key},
+            timeout=timeout_s,
+        )
+    except httpx.HTTPError as e:
+        raise InputError(f"{what}: n8n does not answer there ({type(e).__name__})") from e
+    if health.status_code != 200:
+        raise InputError(f"{what}: /healthz answered {health.status_code}, not n8n's 200")
+    if listed.status_code in (401, 403):
+        raise InputError(f"COUNTERSIGN_N8N_API_KEY: n8n at {url[:80]} refuses the key")
+    if listed.status_code != 200:
+        raise InputError(f"{what}: n8n's public API answered {listed.status_code}")
+
+
+def n8n_execution_store(settings: Settings, database_url: str | None) -> ExecutionStore | None:
+    """Where a forget edits n8n's records: ``COUNTERSIGN_N8N_DB_URL`` when set; else the local
+    n8n's SQLite, or the ``n8n`` database beside Countersign's in queue mode; none for an n8n
+    elsewhere without its database URL (a forget that must redact then answers 503)."""
+    if settings.n8n_db_url is not None:
+        dsn = settings.n8n_db_url.get_secret_value().replace(
+            "postgresql+psycopg://", "postgresql://"
+        )
+        return PostgresExecutionStore(dsn)
+    if settings.n8n_url:
+        return None
+    return configured_execution_store(settings, settings.home / "n8n", database_url=database_url)
+
+
 @asynccontextmanager
 async def n8n_runtime(stack: Stack) -> AsyncIterator[StepTransport]:
-    """The running n8n of the data folder as the step runtime (with its SMTP credential)."""
-    handle = handle_from(stack.settings.home / "n8n")
-    # a forget reaches n8n's own records: its SQLite, or the n8n database in queue mode
-    stack.services.memory.n8n_store = configured_execution_store(
-        stack.settings, handle.data_dir, database_url=libpq_url(stack.services.db)
+    """The n8n this process uses (``n8n_endpoint``) as the step runtime (with the SMTP
+    credential); a forget reaches n8n's own records through ``n8n_execution_store``."""
+    base_url, api_key = n8n_endpoint(stack.settings)
+    stack.services.memory.n8n_store = n8n_execution_store(
+        stack.settings, libpq_url(stack.services.db)
     )
-    async with N8nClient(handle.base_url, handle.api_key) as client:
+    async with N8nClient(base_url, api_key) as client:
         cred = await _smtp_credential(client, stack.settings)
         stack.services.runtime.use_credentials(
             {"smtp": cred, **configured_credentials(stack.settings)}
@@ -217,7 +297,10 @@ async def n8n_runtime(stack: Stack) -> AsyncIterator[StepTransport]:
 
 def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
     """The API app over the stack, with n8n as its step runtime and LISTEN for events."""
-    cfg = config or ApiConfig(reconcile_every_s=stack.settings.durable_reconcile_every_s)
+    check_n8n(stack.settings)  # n8n elsewhere: a wrong URL or key stops the start here
+    cfg = config or ApiConfig(
+        reconcile_every_s=stack.settings.durable_reconcile_every_s, prune_every_s=PRUNE_EVERY_S
+    )
     cfg.runtime = cfg.runtime or (lambda: n8n_runtime(stack))
     settings = stack.settings
     # one payload key for the worker and the API, read from COUNTERSIGN_HOME (DurableOrchestrator
@@ -257,6 +340,13 @@ def _health(settings: Settings) -> dict[str, Callable[[], Awaitable[str]]]:
     """``/healthz`` checks beyond the database: n8n, Temporal, the durable worker."""
 
     async def n8n() -> str:
+        if settings.n8n_url:  # n8n elsewhere: its own health endpoint
+            try:
+                async with httpx.AsyncClient(timeout=2.0) as http:
+                    r = await http.get(f"{settings.n8n_url.rstrip('/')}/healthz")
+            except httpx.HTTPError:
+                return "down"
+            return "ok" if r.status_code == 200 else "down"
         st = await asyncio.to_thread(n8n_status, settings.home / "n8n")
         return "ok" if st.get("healthy") else "down"
 
