@@ -39,7 +39,7 @@ from psycopg.conninfo import make_conninfo
 
 from countersign.kernel import Settings, ascii_digits, content_hash
 
-from .errors import N8nUnavailableError
+from .errors import N8nApiError, N8nUnavailableError
 from .queue import N8nDatabase
 
 __all__ = [
@@ -196,16 +196,24 @@ async def prune_settled(
     completed or failed): nothing needs its record any more. An execution that carries no key
     (not Countersign's, a read), or whose key is unknown, in progress or no longer in the
     ledger, stays — the reconciler may still need it (module docstring). The ids deleted,
-    listed first and deleted after (a delete does not move the pages being read)."""
+    listed first and deleted after (a delete does not move the pages being read); one already
+    gone (another API's pass, n8n's own pruning) is skipped."""
     doomed: list[str] = []
     async for page in client.execution_pages(include_data=True, max_pages=max_pages):
         for ex in page:
             key = carried_key(ex) if ex.get("status") in _ENDED else None
             if key is not None and settled(key):
                 doomed.append(str(ex["id"]))
+    gone: list[str] = []
     for eid in doomed:
-        await client.delete_execution(eid)
-    return doomed
+        try:
+            await client.delete_execution(eid)
+        except N8nApiError as e:  # another API's pass deleted it first
+            if e.status != 404:
+                raise
+            continue
+        gone.append(eid)
+    return gone
 
 
 # ---- redaction of one flatted record -----------------------------------------------------------
