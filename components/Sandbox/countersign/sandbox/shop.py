@@ -12,6 +12,10 @@ Labelled sandbox: no real shop can be reached from here. The HTTP contract the c
 - ``POST /checkout`` ``{max_total, customer}`` → the order ``{id, total, lines}`` of that
   customer's cart; 409 when its total (prices read again at checkout) is over ``max_total``
 - ``POST /orders/{id}/cancel`` → ``{id, cancelled: true}``
+- ``GET /writes?key=`` → ``{key, method, path, answer}``: the write applied under that
+  ``Idempotency-Key`` and the first answer it got (404: no write was applied under it; a refused
+  write — 404, 409, 422 — changed nothing and is not kept). A read, for settling a write whose
+  answer was lost (ExecuteOrchestrator's ``probes.shop_write``).
 
 Writes honour ``Idempotency-Key``: a replayed key gets the first answer and changes nothing.
 Beyond the contract: ``GET /`` (an HTML page with the sandbox banner, the prices, cart and
@@ -21,6 +25,7 @@ test changes to exercise the staleness check when the shop runs in another proce
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +45,9 @@ def _default_prices() -> dict[str, str]:
 @dataclass
 class ShopSandbox:
     """The shop's state (read by tests; ``prices`` and ``reprice_at_checkout`` set by them).
-    ``arrivals`` records every request of the contract as ``(method, path, idempotency key)``."""
+    ``arrivals`` records every request of the contract as ``(method, path, idempotency key)``;
+    ``applied`` every write that changed the shop (``{op: add | remove | checkout | cancel, key,
+    customer, line | order, ...}``: what a test counts effects by; a replay adds nothing)."""
 
     base_url: str = ""
     prices: dict[str, str] = field(default_factory=_default_prices)
@@ -48,9 +55,12 @@ class ShopSandbox:
     carts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     orders: dict[str, dict[str, Any]] = field(default_factory=dict)
     arrivals: list[tuple[str, str, str | None]] = field(default_factory=list)
+    applied: list[dict[str, Any]] = field(default_factory=list)
     #: prices that change the moment a checkout arrives (the world moving under a write)
     reprice_at_checkout: dict[str, str] = field(default_factory=dict)
     _by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Idempotency-Key → the write applied under it (``GET /writes?key=``)
+    _keyed: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     _lines: int = 0
@@ -98,6 +108,8 @@ class ShopSandbox:
         who = str(body.get("customer") or query.get("customer") or "anonymous")
         if method == "GET" and path == "/cart":
             return 200, self._cart(who)
+        if method == "GET" and path == "/writes":
+            return self._write_under(query.get("key", ""))
         if key is not None and key in self._by_key:  # a replay of a request already applied
             return 200, self._by_key[key]
         if method == "POST" and path == "/cart":
@@ -112,7 +124,16 @@ class ShopSandbox:
             return 404, {"error": f"no route {method} {path}"}
         if status == 200 and key is not None:
             self._by_key[key] = out
+            first = copy.deepcopy(out)  # the answer as given (a later cancel marks the order)
+            self._keyed[key] = {"key": key, "method": method, "path": path, "answer": first}
+        if status == 200:
+            self.applied.append(_effect(method, path, key, who, out))
         return status, out
+
+    def _write_under(self, key: str) -> tuple[int, dict[str, Any]]:
+        if key not in self._keyed:
+            return 404, {"error": "no write applied under that key", "key": key}
+        return 200, self._keyed[key]
 
     def _repriced(self, who: str) -> dict[str, dict[str, Any]]:
         """A customer's cart with every line at today's price."""
@@ -206,6 +227,21 @@ class ShopSandbox:
         )
         rows.append({"item": "orders", "price": "", "in cart": orders or "none"})
         return render_page("Sandbox shop", WHAT, rows, ["item", "price", "in cart"])
+
+
+def _effect(method: str, path: str, key: str | None, who: str, out: Any) -> dict[str, Any]:
+    """What an applied write did, as ``ShopSandbox.applied`` keeps it."""
+    body = out if isinstance(out, dict) else {}
+    if path == "/cart":
+        op = {"op": "add", "line": body.get("id"), "item": body.get("item")}
+        return op | {"key": key, "customer": who, "unit_price": body.get("unit_price")}
+    if path.startswith("/cart/"):
+        return {"op": "remove", "line": path.rsplit("/", 1)[1], "key": key, "customer": who}
+    if path == "/checkout":
+        lines = [str(v.get("id")) for v in body.get("lines", [])]
+        op = {"op": "checkout", "order": body.get("id"), "lines": lines}
+        return op | {"key": key, "customer": who, "total": body.get("total")}
+    return {"op": "cancel", "order": body.get("id"), "key": key, "customer": who, "path": path}
 
 
 def serve_shop(
