@@ -60,6 +60,9 @@ class ReadPool:
             min_size=2,
             max_size=size,
             kwargs={"autocommit": True, "row_factory": dict_row},
+            # a connection PostgreSQL closed (a restart, a terminated backend) is replaced at
+            # checkout instead of failing the request that drew it
+            check=ConnectionPool.check_connection,
             open=True,
             name="countersign-api-reads",
         )
