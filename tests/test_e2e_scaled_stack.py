@@ -5,6 +5,14 @@ processes and two durable workers on one database and one Temporal server, and n
 - meetings planned, approved and executed through both APIs at the same moment all complete, each
   write landing once at the sandbox providers (Radicale, the mailbox) and executed by the n8n
   workers, not the main process;
+- the other use cases at the same moment, each crossing from one API to the other: shopping (two
+  gates: gate-A on one API, gate-B on the other) buys once at the sandbox shop, and the n8n
+  records of its settled writes are deleted; the visa watcher (durable: Temporal and the two
+  workers) started on one API and approved on the other books once at the visa sandbox;
+- an API in another place (its own data folder, no local n8n) reaches n8n, the database and
+  Temporal by settings alone (``COUNTERSIGN_N8N_URL``, ``COUNTERSIGN_N8N_API_KEY``,
+  ``COUNTERSIGN_N8N_DB_URL``, ``DATABASE_URL``) and serves a meeting; a wrong n8n URL or key
+  stops it at start, naming the setting;
 - a session signed in on one API is served by the other (sessions live in the database);
 - the per-user rate limit is one budget across both APIs;
 - a plan's event stream followed on one API resumes on the other with ``Last-Event-ID`` after the
@@ -16,11 +24,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,8 +40,13 @@ import httpx
 import pytest
 
 from countersign.kernel.process import free_port, read_pid
+from countersign.n8n.keeping import PostgresExecutionStore, execution_store, owner_plan
+from countersign.planner.testing import until
+from countersign.sandbox import sandbox_status
+from countersign.storage.db import embedded_url
 
-pytestmark = pytest.mark.slow
+#: the module's first test also starts the whole scaled stack (minutes on a loaded 2-core machine)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 PEOPLE = [("sa@example.com", "sb@example.com"), ("sc@example.com", "sd@example.com")]
 
 
@@ -54,9 +69,20 @@ class Scaled:
             check=False,
         )
 
-    def client(self, api: int, user: str) -> httpx.Client:
+    def client(self, api: int | str, user: str) -> httpx.Client:
+        """``user``'s client of API ``api`` (its index, or a base URL)."""
         auth = {"Authorization": f"Bearer {self.keys[user]}"}
-        return httpx.Client(base_url=self.apis[api], headers=auth, timeout=120)
+        base = api if isinstance(api, str) else self.apis[api]
+        return httpx.Client(base_url=base, headers=auth, timeout=120)
+
+    def sandbox(self, name: str) -> dict[str, Any]:
+        """The state of the sandbox shop or visa service (what the provider holds)."""
+        state: dict[str, Any] = httpx.get(f"{self.urls[name]}/_sandbox/state", timeout=10).json()
+        return state
+
+    def mails(self, subject: str) -> list[dict[str, Any]]:
+        got = httpx.get(f"{self.urls['mailbox']}/messages", timeout=10).json()["messages"]
+        return [m for m in got if m["subject"] == subject]
 
     def events_of(self, user: str) -> int:
         r = httpx.request(
@@ -123,10 +149,12 @@ def _plan(c: httpx.Client, partner: str, title: str) -> tuple[str, dict[str, str
     return body["plan_id"], {"start": slot["start"], "end": end.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
-def _meeting(s: Scaled, api: int, pair: tuple[str, str], out: dict[str, Any]) -> None:
+def _meeting(
+    s: Scaled, api: int | str, pair: tuple[str, str], out: dict[str, Any], title: str = ""
+) -> None:
     user, partner = pair
     with s.client(api, user) as c:
-        plan_id, choice = _plan(c, partner, f"Sync {api}")
+        plan_id, choice = _plan(c, partner, title or f"Sync {api}")
         token = c.post(f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": choice})
         done = c.post(
             f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token.json()["token"]}}
@@ -179,6 +207,199 @@ def test_a_session_from_one_api_is_served_by_the_other(scaled: Scaled) -> None:
     with httpx.Client(base_url=scaled.apis[1], cookies=cookies) as other:
         me = other.get("/v1/me")
         assert me.status_code == 200 and me.json()["user_id"] == "local", me.text
+
+
+def _shopping(s: Scaled, user: str, out: dict[str, Any]) -> None:
+    """Gate-A and the cart on API 0, gate-B and the purchase on API 1."""
+    orders = len(s.sandbox("shop")["orders"])
+    with s.client(0, user) as first, s.client(1, user) as second:
+        body = first.post(
+            "/v1/intents",
+            json={"text": f"buy 2 usb cables under 30 euros and mail the receipt to {user}"},
+        ).json()
+        plan_id = out["shop_plan"] = body["plan_id"]
+        assert body["gates"] == ["gate-A", "gate-B"], body
+        pick = body["preview"]["normalized"]["steps"]["2"]["shortlist"][0]
+        token = first.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": {"item": pick["item"]}}
+        ).json()["token"]
+        waiting = first.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token}})
+        assert waiting.json()["waiting_gate"] == "gate-B", waiting.text
+        assert len(s.sandbox("shop")["orders"]) == orders  # nothing bought before gate-B
+        token = second.post(f"/v1/plans/{plan_id}/gates/gate-B/approve", json={}).json()["token"]
+        done = second.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-B": token}})
+        assert done.json()["status"] == "completed", done.text
+    out["orders"] = len(s.sandbox("shop")["orders"]) - orders
+
+
+def _visa(s: Scaled, user: str, out: dict[str, Any]) -> None:
+    """Started on API 1 (handed to Temporal and the durable workers), approved on API 0."""
+    bookings = len(s.sandbox("visa")["bookings"])
+    with s.client(1, user) as first, s.client(0, user) as second:
+        body = first.post(
+            "/v1/intents",
+            json={
+                "text": f"watch the lisbon consulate for a visa slot in march and mail me at {user}"
+            },
+        ).json()
+        plan_id = body["plan_id"]
+        httpx.post(f"{s.urls['visa']}/_sandbox/slots", timeout=10)  # a slot is there now
+        started = first.post(f"/v1/plans/{plan_id}/execute", json={"tokens": {}})
+        assert started.json()["status"] == "handed_off", started.text
+
+        def slot() -> str | None:
+            items = second.get("/v1/audit", params={"plan_id": plan_id}).json()["items"]
+            found = [e for e in items if e["kind"] == "watcher_polled" and e["status"] == "found"]
+            return str(found[-1]["details"]["found"]["slots"][0]["id"]) if found else None
+
+        slot_id = until(slot, 90, every=1.0)
+        assert slot_id, second.get(f"/v1/plans/{plan_id}").json()
+        ok = second.post(
+            f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": {"slot": {"id": slot_id}}}
+        )
+        assert ok.status_code == 200, ok.text
+
+        def status() -> bool:
+            return bool(first.get(f"/v1/plans/{plan_id}").json()["status"] == "completed")
+
+        assert until(status, 90, every=1.0), first.get(f"/v1/plans/{plan_id}").json()
+    out["bookings"] = len(s.sandbox("visa")["bookings"]) - bookings
+
+
+def _n8n_records_of(s: Scaled, plan_id: str) -> list[str]:
+    """Ids of the n8n executions (with data) that ran for ``plan_id``."""
+    base = f"http://127.0.0.1:{s.env['COUNTERSIGN_N8N_PORT']}"
+    key = (s.home / "n8n" / "countersign-api-key").read_text().strip()
+    got = httpx.get(
+        f"{base}/api/v1/executions",
+        params={"includeData": "true", "limit": 250},
+        headers={"X-N8N-API-KEY": key},
+        timeout=30,
+    ).json()["data"]
+    return [str(e["id"]) for e in got if owner_plan(e) == plan_id]
+
+
+def test_shopping_and_the_visa_watcher_across_both_apis_at_once(scaled: Scaled) -> None:
+    shopper, watcher = PEOPLE[0][0], PEOPLE[1][0]
+    receipts = len(scaled.mails("Your order"))
+    out: dict[str, Any] = {}
+    failures: list[BaseException] = []
+
+    def run(fn: Callable[[Scaled, str, dict[str, Any]], None], user: str) -> None:
+        try:
+            fn(scaled, user, out)
+        except BaseException as e:  # the main thread reports it
+            failures.append(e)
+
+    threads = [
+        threading.Thread(target=run, args=(_shopping, shopper)),
+        threading.Thread(target=run, args=(_visa, watcher)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+    assert out["orders"] == 1 and scaled.sandbox("shop")["cart"] == []  # one purchase, once
+    assert out["bookings"] == 1  # one booking, once
+    assert len(scaled.mails("Your order")) == receipts + 1
+    # the shopping plan's writes are settled: the APIs' passes delete their n8n records
+    left = until(lambda: not _n8n_records_of(scaled, out["shop_plan"]), 40, every=2.0)
+    assert left, _n8n_records_of(scaled, out["shop_plan"])
+
+
+def _elsewhere(s: Scaled, home: Path, **n8n: str) -> dict[str, str]:
+    """The environment of an API with its own data folder (no local n8n, no sandbox): the
+    database, Temporal, the providers and n8n by settings (``n8n``: the COUNTERSIGN_N8N_*
+    overrides), the payload and signing keys copied as a cluster mounts them."""
+    shutil.copytree(s.home / "keys", home / "keys")
+    db_url = embedded_url(s.home / "pg")
+    store = execution_store(s.home / "n8n", queue_database_url=db_url)
+    assert isinstance(store, PostgresExecutionStore)
+    env = {k: v for k, v in s.env.items() if k not in {"COUNTERSIGN_HOME", "COUNTERSIGN_N8N_PORT"}}
+    return env | {
+        "COUNTERSIGN_HOME": str(home),
+        "DATABASE_URL": db_url,
+        "COUNTERSIGN_CONNECTOR_SETTINGS": json.dumps(sandbox_status(s.home)["connector_settings"]),
+        "COUNTERSIGN_N8N_URL": f"http://127.0.0.1:{s.env['COUNTERSIGN_N8N_PORT']}",
+        "COUNTERSIGN_N8N_API_KEY": (s.home / "n8n" / "countersign-api-key").read_text().strip(),
+        "COUNTERSIGN_N8N_DB_URL": store.dsn,
+        **n8n,
+    }
+
+
+def _api(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "countersign.cli", "api", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_an_api_elsewhere_reaches_n8n_by_its_settings_and_serves_a_meeting(
+    scaled: Scaled, tmp_path: Path
+) -> None:
+    home = tmp_path / "elsewhere"
+    env = _elsewhere(scaled, home)
+    port, log = free_port(), tmp_path / "api.log"
+    proc = _api(env, port, log)
+    try:
+        base = f"http://127.0.0.1:{port}"
+
+        def n8n_ok() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(log.read_text(errors="replace")[-3000:])
+            try:
+                return bool(httpx.get(f"{base}/healthz", timeout=5).json()["n8n"] == "ok")
+            except httpx.HTTPError:
+                return False
+
+        assert until(n8n_ok, 120, every=1.0), log.read_text(errors="replace")[-3000:]
+        assert not (home / "n8n" / "n8n.pid").exists()  # no local n8n: the URL's
+        pair = PEOPLE[0]
+        before = {who: scaled.events_of(who) for who in pair}
+        out: dict[str, Any] = {}
+        _meeting(scaled, base, pair, out, title="Elsewhere")
+        assert out[pair[0]]["status"] == "completed", out
+        for who in pair:
+            assert scaled.events_of(who) == before[who] + 1, who
+        assert sorted(m["to"] for m in scaled.mails("Elsewhere")) == sorted(pair)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ({"COUNTERSIGN_N8N_URL": f"http://127.0.0.1:{free_port()}"}, "COUNTERSIGN_N8N_URL"),
+        ({"COUNTERSIGN_N8N_API_KEY": "not-the-key"}, "COUNTERSIGN_N8N_API_KEY"),
+    ],
+)
+def test_a_wrong_n8n_url_or_key_stops_the_api_at_start_naming_it(
+    scaled: Scaled, tmp_path: Path, override: dict[str, str], named: str
+) -> None:
+    env = _elsewhere(scaled, tmp_path / "elsewhere", **override)
+    started = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-m", "countersign.cli", "api", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert named in run.stderr and "n8n" in run.stderr, run.stderr
+    assert env[named] not in run.stderr or named == "COUNTERSIGN_N8N_URL"  # a key is never said
+    assert time.monotonic() - started < 120
 
 
 def test_the_rate_limit_is_one_budget_across_both_apis(scaled: Scaled) -> None:
