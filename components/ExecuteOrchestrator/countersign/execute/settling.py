@@ -133,10 +133,15 @@ class SettleLoop:
         return out
 
     async def passes(self, every_s: float) -> None:
-        """Forever (until cancelled): a pass now, then one every ``every_s`` seconds."""
+        """Forever (until cancelled): a pass now, then one every ``every_s`` seconds. A failed
+        pass is logged and the next one tries again: the loop outlives any error of a pass (the
+        database away or just back leaves driver errors no store wrapped; a loop that ended on
+        one left every cut-short execute ``running`` until the process restarted)."""
         while True:
             try:
                 await self.pass_once()
             except (CountersignError, OSError) as e:  # the database is away: next pass
                 _log.warning("settle pass failed: %s", str(e)[:300])
+            except Exception:  # the loop must outlive a failed pass
+                _log.warning("settle pass failed; the next one retries", exc_info=True)
             await asyncio.sleep(every_s)
