@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from countersign.audit import AuditLog
 from countersign.kernel import ApprovalToken, InputError, Policy, content_hash
@@ -235,22 +235,27 @@ class Approvals:
         if refusal is not None:
             raise refusal
 
-    def offered_choice(self, token: str, *, plan_id: str, gate_id: str) -> tuple[bool, Any]:
+    def offered_choice(
+        self, token: str, *, plan_id: str, gate_id: str, conn: Connection | None = None
+    ) -> tuple[bool, Any]:
         """``(found, choice)``: the choice stored with ``token`` if it is an unspent token for
         this plan's gate, so a caller can check the choice before spending the token (a refused
         choice then leaves the token and the gate's decision as they were). Nothing is audited:
         ``redeem`` refuses and audits whatever is wrong with the token itself (another gate,
-        another plan, spent, unknown)."""
+        another plan, spent, unknown). ``conn``: inside the caller's open transaction (the
+        executor reads it with the plan)."""
         if not isinstance(token, str) or not 8 <= len(token) <= 200:
             return False, None
-        with self.db.tx() as c:
-            row = c.execute(
-                text(
-                    "SELECT choice FROM approval_tokens WHERE token_hash = :h "
-                    "AND consumed_at IS NULL AND plan_id = :p AND gate_id = :g"
-                ),
-                {"h": token_hash(token), "p": plan_id, "g": gate_id},
-            ).first()
+        sql = text(
+            "SELECT choice FROM approval_tokens WHERE token_hash = :h "
+            "AND consumed_at IS NULL AND plan_id = :p AND gate_id = :g"
+        )
+        params = {"h": token_hash(token), "p": plan_id, "g": gate_id}
+        if conn is not None:
+            row = conn.execute(sql, params).first()
+        else:
+            with self.db.tx() as c:
+                row = c.execute(sql, params).first()
         return (False, None) if row is None else (True, row.choice)
 
     def decision(self, plan_id: str, gate_id: str) -> GateDecision | None:

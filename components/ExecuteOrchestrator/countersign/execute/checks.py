@@ -94,21 +94,20 @@ class GateChecks:
     def choices_before_spending(
         self,
         plan: Plan,
-        tokens: Mapping[str, str],
+        offered: Mapping[str, tuple[bool, Any]],
         preview_out: Mapping[int, Any],
         progress: Progress,
         user_id: str,
     ) -> None:
-        """Each token's choice is checked against what was offered before any token is spent, so
-        a refused choice leaves every token and every gate's decision as it was."""
+        """Each token's choice (``offered``: ``Approvals.offered_choice`` per gate, read with the
+        plan) is checked against what was offered before any token is spent, so a refused
+        choice leaves every token and every gate's decision as it was."""
         seen = {
             **preview_out,
             **{n: out for n, (st, out) in progress.items() if st == "done" and out is not None},
         }
-        for g in sorted(tokens):
-            found, choice = self.approvals.offered_choice(
-                tokens[g], plan_id=plan.plan_id, gate_id=g
-            )
+        for g in sorted(offered):
+            found, choice = offered[g]
             if found:
                 self.checked_choice(plan, g, seen, choice, user_id, now=None)
 

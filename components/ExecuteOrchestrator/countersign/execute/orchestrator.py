@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
+from sqlalchemy import Connection
 from ulid import ULID
 
 from countersign.approvals import Approvals
@@ -139,12 +140,23 @@ class Executor:
             lambda row: self._audit(**row),
             owner=self.owner,
             clock=time.perf_counter,
-            audit_in=self.audit.append,  # step_started commits with the claim
+            audit_in=self._in_claim,  # step_started and the step's status commit with the claim
         )
 
     def _audit(self, **entry: Any) -> None:
         with self.db.tx() as c:
             self.audit.append(c, entry)
+
+    def _in_claim(self, c: Connection, row: dict[str, Any]) -> None:
+        """Inside a write's claiming transaction: its ``step_started`` audit row and the step
+        ``running`` — one transaction where the claim and the mark were two
+        (``GateWriter.running_in_claim``); a compensation's number is no step of the plan and
+        marks nothing."""
+        self.audit.append(c, row)
+        step = row.get("step")
+        if row.get("kind") == "step_started" and isinstance(step, int):
+            plans = self.recorder.plans
+            plans.set_step(str(row["plan_id"]), step, "running", conn=c, must_exist=False)
 
     def _checks(self) -> GateChecks:
         return GateChecks(self.registry, self.approvals, self._audit)
@@ -154,7 +166,14 @@ class Executor:
 
     def _writer(self) -> GateWriter:
         recovery = Recovery(failure_actions(self.policy), self._audit)
-        return GateWriter(self.registry, self.writes, self.recorder.plans, self._audit, recovery)
+        return GateWriter(
+            self.registry,
+            self.writes,
+            self.recorder.plans,
+            self._audit,
+            recovery,
+            running_in_claim=True,
+        )
 
     def _verified_for(self, document: SignedPlan | Mapping[str, Any], user_id: str) -> VerifiedPlan:
         """Signature, registry version and TTL (audited refusals), then the plan's owner."""
@@ -220,20 +239,25 @@ class Executor:
         """
         verified = self._verified_for(document, user_id)
         plan = verified.plan
-        self.recorder.remember(verified, actor=user_id)
+        # one transaction: the plan stored (if new), its steps read — what the preview saw
+        # (outputs + fingerprints) and how far earlier executes got — and each token's choice
+        with self.db.tx() as c:
+            self.recorder.remember(verified, actor=user_id, conn=c)
+            row = self.recorder.plans.get(plan.plan_id, conn=c)
+            offered = {
+                g: self.approvals.offered_choice(t, plan_id=plan.plan_id, gate_id=g, conn=c)
+                for g, t in sorted(tokens.items())
+            }
         specs = write_specs(plan, self.registry)
         durable = [w.step for w in specs if plan.step(w.step).mode != "interactive"]
         if durable:
             return await self._start_durable(verified, specs, durable, user_id, tokens)
         gates = self._interactive_gates(plan, specs, tokens)
-        # one read of the plan's steps gives both what the preview saw (outputs + fingerprints)
-        # and how far earlier executes got (one transaction instead of two)
-        row = self.recorder.plans.get(plan.plan_id)
         progress = progress_of(row)
         checks = self._checks()
         checks.in_view(plan, tokens, progress, user_id)
         preview_out, prints = self.recorder.plans.preview_in(row)
-        checks.choices_before_spending(plan, tokens, preview_out, progress, user_id)
+        checks.choices_before_spending(plan, offered, preview_out, progress, user_id)
         fresh = self._prove_gates(verified, specs, user_id, tokens)
         if any(w.reads for w in specs) and not prints:
             raise ExecuteRefusedError(
@@ -441,13 +465,16 @@ class Executor:
         undo = await writer.undo_if_redecided(run, gate, g_specs, progress)
         if undo is not None:
             return undo
-        resumed = any(
-            writer.started(plan, plan.step(w.step), run.outputs, run.choices) for w in g_specs
-        )
         # the resources these writes touch are held from the re-check to the last write: a
-        # second plan for the same calendar waits, then sees this one's event in its re-check
+        # second plan for the same calendar waits, then sees this one's event in its re-check;
+        # what is asked of Postgres under the lock goes on the lock's connection
         keys = lock_keys(plan, [w.step for w in g_specs], self.registry, run.outputs, run.choices)
-        async with self._locks.hold(keys, wait_s=self.lock_wait_s):
+        async with self._locks.hold(keys, wait_s=self.lock_wait_s) as lock_conn:
+            held = lock_conn if self._locks.db is self.db else None  # locks on another database
+            resumed = any(
+                writer.started(plan, plan.step(w.step), run.outputs, run.choices, conn=held)
+                for w in g_specs
+            )
             if not resumed:  # the choice again, against the fresh reads and the clock
                 reads = gate_reads(g_specs)
                 seen = await self._check_stale(
@@ -456,8 +483,9 @@ class Executor:
                 run.choices[gate] = checks.checked_choice(
                     plan, gate, {**run.outputs, **seen}, choice, user_id, now=self.clock()
                 )
-            self.recorder.plans.set_step(
-                plan.plan_id, gate_step(plan, gate), "done", output={"choice": run.choices[gate]}
+            # the gate passed: its step done with the choice and the plan executing, one statement
+            self.recorder.plans.pass_gate(
+                plan.plan_id, gate_step(plan, gate), output={"choice": run.choices[gate]}, conn=held
             )
             return await writer.run(run, g_specs, progress, prints)
 

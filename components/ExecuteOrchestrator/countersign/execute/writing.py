@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Connection
+
 from countersign.binding import resolve_refs
 from countersign.kernel import (
     BindingError,
@@ -64,34 +66,46 @@ class GateWriter:
     audit: Audit
     #: sends a failed write again where the failure table says so; None: each write once
     recovery: Recovery | None = None
+    #: the write protocol's claim marks the step ``running`` in its own transaction (the
+    #: Executor's ``audit_in``), so the write sequence's ``running`` mark writes nothing more
+    running_in_claim: bool = False
 
     def marks(self, plan: Plan) -> StepMarks:
         """Where the write sequence records the plan's step statuses (the PlanStore)."""
 
         def mark(step: int, status: str, output: Any) -> None:
+            if status == "running" and self.running_in_claim:
+                return
             self.plans.set_step(plan.plan_id, step, status, output=output)
 
         return mark
 
     def started(
-        self, plan: Plan, step: PlanStep, outputs: Mapping[int, Any], choices: Mapping[str, Any]
+        self,
+        plan: Plan,
+        step: PlanStep,
+        outputs: Mapping[int, Any],
+        choices: Mapping[str, Any],
+        *,
+        conn: Connection | None = None,
     ) -> bool:
         """Has an earlier execute already claimed this write? (Then skip the staleness check:
-        our own writes changed the world.)"""
+        our own writes changed the world.) ``conn``: asked on that connection (the gate's
+        resource lock's) instead of one from the pool."""
         try:
             args = resolved_args(step, outputs, choices)
         except BindingError:
             return False  # it reads an earlier write's output: not claimable before that write
         key = idempotency_key(plan.plan_id, step.step, args)
-        return self.writes.ledger.state(key) is not None
+        return self.writes.ledger.state(key, conn=conn) is not None
 
     async def run(
         self, run: Run, g_specs: list[WriteSpec], progress: Progress, prints: Mapping[int, str]
     ) -> ExecuteReport | None:
-        """Run one gate's writes, each through the write sequence. On a failed write: ``failed``;
-        None when all completed."""
+        """Run one gate's writes, each through the write sequence (the plan is ``executing``:
+        the gate passed, ``PlanStore.pass_gate``). On a failed write: ``failed``; None when all
+        completed."""
         plan = run.plan
-        self.plans.set_status(plan.plan_id, "executing")
         mark = self.marks(plan)
 
         async def one(step: PlanStep, known: Mapping[int, Any]) -> Any:

@@ -299,12 +299,15 @@ class IdempotencyLedger:
             ).all()
         return [dict(r._mapping) for r in rows]
 
-    def state(self, key: str) -> dict[str, Any] | None:
-        """The key's row (for status pages and tests)."""
-        with self.db.tx() as c:
-            row = c.execute(
-                text("SELECT * FROM idempotency_keys WHERE key = :k"), {"k": key}
-            ).first()
+    def state(self, key: str, *, conn: Connection | None = None) -> dict[str, Any] | None:
+        """The key's row (for status pages and tests); ``conn``: on the caller's connection (the
+        executor asks on its resource lock's connection)."""
+        sql = text("SELECT * FROM idempotency_keys WHERE key = :k")
+        if conn is not None:
+            row = conn.execute(sql, {"k": key}).first()
+        else:
+            with self.db.tx() as c:
+                row = c.execute(sql, {"k": key}).first()
         return None if row is None else dict(row._mapping)
 
     def cleanup(self) -> int:

@@ -42,8 +42,13 @@ class ResourceLocks:
     backoff_s: tuple[float, float] = (0.005, 0.05)
 
     @contextlib.asynccontextmanager
-    async def hold(self, keys: Iterable[str], *, wait_s: float = 15.0) -> AsyncIterator[None]:
-        """Hold every key in ``keys`` until the block ends (none: nothing is taken).
+    async def hold(
+        self, keys: Iterable[str], *, wait_s: float = 15.0
+    ) -> AsyncIterator[Connection | None]:
+        """Hold every key in ``keys`` until the block ends (none: nothing is taken). Yields the
+        lock's connection (``AUTOCOMMIT``: each statement its own transaction), so a holder can
+        send its statements under the lock without taking a second connection from the pool;
+        None when nothing is held.
 
         Raises:
             ResourceBusyError: another holder kept one of them for ``wait_s`` seconds.
@@ -51,13 +56,13 @@ class ResourceLocks:
         """
         wanted = sorted(set(keys))
         if not wanted:
-            yield
+            yield None
             return
         conn = self._connect()
         try:
             await self._take(conn, wanted, wait_s)
             try:
-                yield
+                yield conn
             finally:
                 self._release(conn, wanted)
         finally:

@@ -53,6 +53,18 @@ def _check_same(c: Connection, plan_id: str, plan_hash: str) -> None:
         )
 
 
+_PASS_GATE = text(
+    """
+    WITH s AS (
+      UPDATE plan_steps SET status = 'done', updated_at = :now, output = CAST(:out AS jsonb)
+      WHERE plan_id = :p AND step = :s RETURNING plan_id
+    )
+    UPDATE plans SET status = 'executing', updated_at = :now
+    WHERE plan_id = :p AND EXISTS (SELECT 1 FROM s)
+    """
+)
+
+
 class PlanStore:
     """Signed plans as signed: canonical bytes, envelope, hash, provenance, status."""
 
@@ -126,13 +138,16 @@ class PlanStore:
                 on_insert(c)
             return True
 
-    def get(self, plan_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
+    def get(
+        self, plan_id: str, *, owner: str | None = None, conn: Connection | None = None
+    ) -> dict[str, Any] | None:
         """The plan row and its steps, or None (also, with ``owner``, when another user's: the
-        owner is part of the lookup, so both cost the same)."""
+        owner is part of the lookup, so both cost the same); ``conn``: inside the caller's open
+        transaction (the executor reads the plan in the transaction that stores it)."""
         sql = (
             "SELECT * FROM plans WHERE plan_id = :p AND (CAST(:u AS text) IS NULL OR user_id = :u)"
         )
-        with self.db.tx() as c:
+        with self._tx(conn) as c:
             row = c.execute(text(sql), {"p": plan_id, "u": owner}).first()
             if row is None:
                 return None
@@ -152,11 +167,11 @@ class PlanStore:
         row = self.get(plan_id)
         return None if row is None else stored_document(row)
 
-    def set_status(self, plan_id: str, status: str) -> None:
-        """Set the plan's status."""
+    def set_status(self, plan_id: str, status: str, *, conn: Connection | None = None) -> None:
+        """Set the plan's status (``conn``: inside the caller's open transaction)."""
         if status not in _STATUSES:
             raise StorageInputError(f"plan status {status!r} is not one of {sorted(_STATUSES)}")
-        with self.db.tx() as c:
+        with self._tx(conn) as c:
             n = c.execute(
                 text("UPDATE plans SET status = :s, updated_at = :now WHERE plan_id = :p"),
                 {"s": status, "now": self._clock(), "p": plan_id},
@@ -172,13 +187,18 @@ class PlanStore:
         *,
         output: Any = None,
         fingerprint: str | None = None,
+        conn: Connection | None = None,
+        must_exist: bool = True,
     ) -> None:
-        """Record a step's status (and output / fingerprint when given)."""
+        """Record a step's status (and output / fingerprint when given); ``conn``: inside the
+        caller's open transaction (a write's claim marks its step ``running``); ``must_exist``
+        False: a step the plan does not have (a compensation's number) changes nothing and is
+        not an error."""
         if status not in _STEP_STATUSES:
             raise StorageInputError(
                 f"step status {status!r} is not one of {sorted(_STEP_STATUSES)}"
             )
-        with self.db.tx() as c:
+        with self._tx(conn) as c:
             n = c.execute(
                 text(
                     """
@@ -196,6 +216,21 @@ class PlanStore:
                     "p": plan_id,
                     "s": step,
                 },
+            ).rowcount
+        if n != 1 and must_exist:
+            raise StorageInputError(f"no step {step} in plan {plan_id!r}")
+
+    def pass_gate(
+        self, plan_id: str, step: int, *, output: Any, conn: Connection | None = None
+    ) -> None:
+        """A gate passed: its step ``done`` with ``output`` (the choice) and the plan
+        ``executing``, in one statement (one round trip, atomic even on an ``AUTOCOMMIT``
+        connection such as a resource lock's); ``conn``: on the caller's connection."""
+        now = self._clock()
+        with self._tx(conn) as c:
+            n = c.execute(
+                _PASS_GATE,
+                {"now": now, "out": json.dumps(output), "p": plan_id, "s": step},
             ).rowcount
         if n != 1:
             raise StorageInputError(f"no step {step} in plan {plan_id!r}")
