@@ -433,7 +433,16 @@ def audit_ok(s: ChaosStack) -> str:
 
 
 def post_setup(c: httpx.Client, path: str, body: dict[str, Any]) -> httpx.Response:
-    """A setup call (before any kill): once more after a 5xx (a pooled connection the last
-    run's PostgreSQL kill left closed)."""
-    r = c.post(path, json=body)
-    return c.post(path, json=body) if r.status_code >= 500 else r
+    """A setup call (before any kill), tried again for up to a minute while the API answers
+    5xx or not at all (the last run's kill: an API restarting, a pool reconnecting)."""
+    end = time.monotonic() + 60
+    while True:
+        try:
+            r = c.post(path, json=body)
+        except httpx.TransportError:
+            if time.monotonic() > end:
+                raise
+        else:
+            if r.status_code < 500 or time.monotonic() > end:
+                return r
+        time.sleep(2.0)

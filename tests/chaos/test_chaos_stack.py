@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tests.chaos.stack import ChaosStack, StackRun, wait_settled
@@ -77,6 +78,18 @@ def _calibrate_visa(s: ChaosStack) -> int:
     return int((time.perf_counter() - t0) * 1000)
 
 
+def _one(s: ChaosStack, seed: int, usecase: str, windows: dict[str, int]) -> StackRun:
+    """One run; one that could not be driven at all is a run with that as its violation."""
+    try:
+        if usecase == "visa":
+            return visa_run(s, seed, window_ms=windows["visa"], user=USER)
+        return meeting_run(s, seed, window_ms=windows["meeting"], user=USER, partner=PARTNER)
+    except (RuntimeError, httpx.HTTPError, ValueError, KeyError) as e:
+        run = StackRun(seed, usecase, "?", 0, final="?")
+        run.violations.append(f"harness: {type(e).__name__}: {str(e)[:300]}")
+        return run
+
+
 @pytest.mark.timeout(600 + 420 * RUNS)  # `up`, then up to ~7 min a run (a cut plan's settling)
 def test_use_cases_survive_a_sigkill_anywhere_in_the_stack(stack: ChaosStack) -> None:
     """Each run (its seed picks the use case, the process and the moment): one process of the
@@ -91,11 +104,7 @@ def test_use_cases_survive_a_sigkill_anywhere_in_the_stack(stack: ChaosStack) ->
     runs: list[StackRun] = []
     t0 = time.monotonic()
     for seed in seeds:
-        usecase = usecases[seed % len(usecases)]
-        if usecase == "visa":
-            run = visa_run(stack, seed, window_ms=windows["visa"], user=USER)
-        else:
-            run = meeting_run(stack, seed, window_ms=windows["meeting"], user=USER, partner=PARTNER)
+        run = _one(stack, seed, usecases[seed % len(usecases)], windows)
         print(run.line(), flush=True)
         runs.append(run)
     _report(runs, time.monotonic() - t0, windows)
