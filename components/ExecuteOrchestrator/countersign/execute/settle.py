@@ -271,7 +271,7 @@ class Settler:
             if step is None or probe is None:
                 continue
             args = resolved_args(step, run.outputs, run.choices)
-            verdict, output = await probe(step, args, ex.settings)
+            verdict, output = await probe(step, args, ex.settings, str(row["key"]))
             sent = row.get("sent_at") or row["created_at"]
             if verdict == "failed" and now - sent < timedelta(seconds=self.settle_after_s):
                 out[step.step] = "the provider does not have it yet; too soon to call it failed"
