@@ -471,9 +471,8 @@ class Executor:
         keys = lock_keys(plan, [w.step for w in g_specs], self.registry, run.outputs, run.choices)
         async with self._locks.hold(keys, wait_s=self.lock_wait_s) as lock_conn:
             held = lock_conn if self._locks.db is self.db else None  # locks on another database
-            resumed = any(
-                writer.started(plan, plan.step(w.step), run.outputs, run.choices, conn=held)
-                for w in g_specs
+            resumed = writer.started(
+                plan, [plan.step(w.step) for w in g_specs], run.outputs, run.choices, conn=held
             )
             if not resumed:  # the choice again, against the fresh reads and the clock
                 reads = gate_reads(g_specs)

@@ -83,21 +83,23 @@ class GateWriter:
     def started(
         self,
         plan: Plan,
-        step: PlanStep,
+        steps: list[PlanStep],
         outputs: Mapping[int, Any],
         choices: Mapping[str, Any],
         *,
         conn: Connection | None = None,
     ) -> bool:
-        """Has an earlier execute already claimed this write? (Then skip the staleness check:
-        our own writes changed the world.) ``conn``: asked on that connection (the gate's
-        resource lock's) instead of one from the pool."""
-        try:
-            args = resolved_args(step, outputs, choices)
-        except BindingError:
-            return False  # it reads an earlier write's output: not claimable before that write
-        key = idempotency_key(plan.plan_id, step.step, args)
-        return self.writes.ledger.state(key, conn=conn) is not None
+        """Has an earlier execute already claimed any of these writes? (Then skip the staleness
+        check: our own writes changed the world.) One ledger statement for them all; ``conn``:
+        asked on that connection (the gate's resource lock's) instead of one from the pool."""
+        keys = []
+        for step in steps:
+            try:
+                args = resolved_args(step, outputs, choices)
+            except BindingError:
+                continue  # it reads an earlier write's output: not claimable before that write
+            keys.append(idempotency_key(plan.plan_id, step.step, args))
+        return bool(self.writes.ledger.claimed(keys, conn=conn))
 
     async def run(
         self, run: Run, g_specs: list[WriteSpec], progress: Progress, prints: Mapping[int, str]

@@ -299,6 +299,17 @@ class IdempotencyLedger:
             ).all()
         return [dict(r._mapping) for r in rows]
 
+    def claimed(self, keys: list[str], *, conn: Connection | None = None) -> frozenset[str]:
+        """Which of ``keys`` have a row, whatever its state — one statement for a gate's writes
+        (``conn``: on the caller's connection: the executor asks under its resource lock)."""
+        if not keys:
+            return frozenset()
+        sql = text("SELECT key FROM idempotency_keys WHERE key = ANY(:ks)")
+        if conn is not None:
+            return frozenset(str(r[0]) for r in conn.execute(sql, {"ks": list(keys)}))
+        with self.db.tx() as c:
+            return frozenset(str(r[0]) for r in c.execute(sql, {"ks": list(keys)}))
+
     def state(self, key: str, *, conn: Connection | None = None) -> dict[str, Any] | None:
         """The key's row (for status pages and tests); ``conn``: on the caller's connection (the
         executor asks on its resource lock's connection)."""
