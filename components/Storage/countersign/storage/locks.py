@@ -31,6 +31,15 @@ __all__ = ["LOCK_SEED", "ResourceLocks"]
 LOCK_SEED = 7357_2025
 
 
+_TRY_ALL = text(
+    """
+    SELECT (SELECT array_agg(pg_try_advisory_lock(hashtextextended(k, :seed)) ORDER BY i)
+            FROM unnest(CAST(:ks AS text[])) WITH ORDINALITY AS t(k, i))
+    FROM (SELECT set_config('idle_session_timeout', :lease, false)) AS lease
+    """
+)
+
+
 @dataclass
 class ResourceLocks:
     """Advisory locks by resource key over ``db`` (module docstring)."""
@@ -74,7 +83,6 @@ class ResourceLocks:
     def _connect(self) -> Connection:
         try:
             conn = self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            conn.execute(text(f"SET idle_session_timeout = {int(self.lease_s * 1000)}"))
         except DBAPIError as e:
             raise StorageError(f"cannot open a lock connection: {e.orig}") from e
         return conn
@@ -92,18 +100,18 @@ class ResourceLocks:
             pause = min(pause * 2, self.backoff_s[1])
 
     def _try_all(self, conn: Connection, keys: list[str]) -> str | None:
-        """Take every key, or none: the first key held elsewhere (what was taken is let go)."""
-        taken: list[str] = []
-        for k in keys:
-            got = conn.execute(
-                text("SELECT pg_try_advisory_lock(hashtextextended(:k, :seed))"),
-                {"k": k, "seed": LOCK_SEED},
-            ).scalar_one()
-            if not got:
-                self._release(conn, taken)
-                return k
-            taken.append(k)
-        return None
+        """Take every key, or none: the first key held elsewhere (what was taken is let go).
+        One statement sets the session's lease (``idle_session_timeout``) and tries every key in
+        order (a try never waits, so the order only names the first busy key)."""
+        got = conn.execute(
+            _TRY_ALL,
+            {"lease": str(int(self.lease_s * 1000)), "ks": list(keys), "seed": LOCK_SEED},
+        ).scalar_one()
+        taken = [k for k, ok in zip(keys, got, strict=True) if ok]
+        if len(taken) == len(keys):
+            return None
+        self._release(conn, taken)
+        return next(k for k, ok in zip(keys, got, strict=True) if not ok)
 
     @staticmethod
     def _release(conn: Connection, keys: list[str]) -> None:
