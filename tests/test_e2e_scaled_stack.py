@@ -359,6 +359,11 @@ def test_an_api_elsewhere_reaches_n8n_by_its_settings_and_serves_a_meeting(
 
         assert until(n8n_ok, 120, every=1.0), log.read_text(errors="replace")[-3000:]
         assert not (home / "n8n" / "n8n.pid").exists()  # no local n8n: the URL's
+        # no local worker either: Temporal says whether workers poll the durable queue (a
+        # readiness probe on /healthz would otherwise keep such an API out of service)
+        health = httpx.get(f"{base}/healthz", timeout=10).json()
+        assert not (home / "run" / "worker.pid").exists()
+        assert health["worker"] == "ok" and health["status"] == "ok", health
         pair = PEOPLE[0]
         before = {who: scaled.events_of(who) for who in pair}
         out: dict[str, Any] = {}

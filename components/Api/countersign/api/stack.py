@@ -15,9 +15,12 @@ from urllib.parse import urlsplit
 
 import httpx
 from fastapi import FastAPI
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
 from countersign.audit import AuditLog
-from countersign.durable import connect, payload_codec
+from countersign.durable import TASK_QUEUE, connect, payload_codec
 from countersign.intake import Contact
 from countersign.intake.llm import LitellmProposer
 from countersign.kernel import (
@@ -331,12 +334,14 @@ def build_app(stack: Stack, *, config: ApiConfig | None = None) -> FastAPI:
         cfg.temporal_ui = (
             f"{settings.temporal_ui}/namespaces/{settings.temporal_namespace}/workflows"
         )
-    cfg.health = {**_health(settings), **cfg.health}
+    cfg.health = {**_health(settings, cfg.temporal_connect), **cfg.health}
     cfg.listen_dsn = cfg.listen_dsn or libpq_url(stack.services.db)
     return create_app(stack.services, stack.users, cfg)
 
 
-def _health(settings: Settings) -> dict[str, Callable[[], Awaitable[str]]]:
+def _health(
+    settings: Settings, temporal_connect: Callable[[], Awaitable[Any]]
+) -> dict[str, Callable[[], Awaitable[str]]]:
     """``/healthz`` checks beyond the database: n8n, Temporal, the durable worker."""
 
     async def n8n() -> str:
@@ -356,7 +361,24 @@ def _health(settings: Settings) -> dict[str, Callable[[], Awaitable[str]]]:
         return "ok" if ok else "down"
 
     async def worker() -> str:
-        pid = read_pid(settings.home / "run" / "worker.pid")
-        return "ok" if pid is not None and alive(pid) else "down"
+        pid_file = settings.home / "run" / "worker.pid"
+        if pid_file.exists():  # a worker this home started (``countersign up``)
+            pid = read_pid(pid_file)
+            return "ok" if pid is not None and alive(pid) else "down"
+        return await _pollers(settings, temporal_connect)
 
     return {"n8n": n8n, "temporal": temporal, "worker": worker}
+
+
+async def _pollers(settings: Settings, temporal_connect: Callable[[], Awaitable[Any]]) -> str:
+    """A worker elsewhere (its own container): ``ok`` when Temporal has seen a worker poll the
+    durable task queue lately (its pollers of the last minutes), ``down`` otherwise."""
+    client = await temporal_connect()
+    answer = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=settings.temporal_namespace,
+            task_queue=TaskQueue(name=TASK_QUEUE),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return "ok" if answer.pollers else "down"
