@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -174,9 +174,12 @@ class ShopRun(Run):
 
     phase: str = ""
     choice: dict[str, Any] | None = None
+    #: the reconciler's evidence per write (n8n's record, the shop read by the key, or why none)
+    evidence: dict[int, str] = field(default_factory=dict)
 
     def line(self) -> str:
-        return f"[{self.phase}] " + super().line()
+        said = f" evidence={self.evidence}" if self.evidence else ""
+        return f"[{self.phase}] " + super().line() + said
 
 
 async def shop_run(
@@ -209,6 +212,7 @@ async def shop_run(
         settled = await settle_until_quiet(world, transport, run.plan_id)
         run.settled = settled.status if settled else "-"
         run.writes = dict(settled.writes) if settled else {}
+        run.evidence = dict(settled.evidence) if settled else {}
         if person:
             await person_acts(world, transport, doc, run)
         run.final, gates = plan_status(world.db, run.plan_id)
