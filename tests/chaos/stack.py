@@ -406,7 +406,10 @@ def wait_settled(s: ChaosStack, user: str, plan_id: str, deadline_s: float) -> d
             state["offers"] = _offers(s, user, plan_id) if state["status"] == "unknown" else []
             if state["status"] in TERMINAL or state["offers"]:
                 return state
-            if state["status"] in ("approved", "waiting") and time.monotonic() > start + 10:
+            if (
+                state["status"] in ("approved", "waiting", "previewed")
+                and time.monotonic() > start + 10
+            ):
                 return state  # nothing in flight moves it: the person approves again
         time.sleep(2.0)
     return state

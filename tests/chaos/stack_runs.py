@@ -108,14 +108,15 @@ def meeting_run(s: ChaosStack, seed: int, *, window_ms: int, user: str, partner:
 
 def _meeting_person(s: ChaosStack, m: Meeting, state: dict[str, Any]) -> str:
     """What a person does with the card: finish when offered, else undo; a plan that never
-    wrote (its execute died before its first write) is approved again and executed."""
+    wrote (its execute died before its first write; before it redeemed the token, the plan is
+    still ``previewed``) is approved again and executed."""
     offers = state.get("offers") or []
     with s.client(0, m.user) as c:
         if offers:
             act = "finish" if "finish" in offers else "undo"
             r = c.post(f"/v1/plans/{m.plan_id}/{act}")
             return f"{act}:{r.status_code}"
-        if state.get("status") in ("approved", "waiting"):
+        if state.get("status") in ("approved", "waiting", "previewed"):
             again = c.post(f"/v1/plans/{m.plan_id}/gates/gate-A/approve", json={"choice": m.choice})
             if again.status_code != 200:
                 return f"approve-again:{again.status_code}"

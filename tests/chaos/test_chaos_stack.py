@@ -39,12 +39,17 @@ WINDOW_MS = os.environ.get("COUNTERSIGN_CHAOS_WINDOW_MS")
 #: the use cases the runs pick from (a run's seed picks one: seed % their number)
 USECASES = os.environ.get("COUNTERSIGN_CHAOS_USECASES", "meeting,visa").split(",")
 USER, PARTNER = "chaos-a@example.com", "chaos-b@example.com"
+#: the meetings' pairs, one more per 20 runs (each is "tomorrow": one pair's day fills up)
+PAIRS = [(USER, PARTNER)] + [
+    (f"chaos-{i}a@example.com", f"chaos-{i}b@example.com") for i in range(1, (RUNS - 1) // 20 + 1)
+]
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosStack]:
     with ChaosStack.up(tmp_path_factory.mktemp("chaos-stack") / "home") as s:
-        s.user(USER, PARTNER)
+        for user, partner in PAIRS:
+            s.user(user, partner)
         yield s
 
 
@@ -83,7 +88,8 @@ def _one(s: ChaosStack, seed: int, usecase: str, windows: dict[str, int]) -> Sta
     try:
         if usecase == "visa":
             return visa_run(s, seed, window_ms=windows["visa"], user=USER)
-        return meeting_run(s, seed, window_ms=windows["meeting"], user=USER, partner=PARTNER)
+        user, partner = PAIRS[seed // 2 % len(PAIRS)]
+        return meeting_run(s, seed, window_ms=windows["meeting"], user=user, partner=partner)
     except (RuntimeError, httpx.HTTPError, ValueError, KeyError) as e:
         run = StackRun(seed, usecase, "?", 0, final="?")
         run.violations.append(f"harness: {type(e).__name__}: {str(e)[:300]}")
