@@ -276,7 +276,7 @@ def _postgres_ready(s: ChaosStack, c: Captured) -> None:
         except psycopg.OperationalError:
             return False
 
-    _until(accepts, 60, c.name)
+    _until(accepts, 180, c.name)  # crash recovery under load can take minutes
 
 
 def _worker_ready(s: ChaosStack, c: Captured) -> None:
