@@ -163,3 +163,41 @@ def test_a_pooled_connection_does_not_keep_the_lease_timeout(db: Database) -> No
         asyncio.run(main())
     with db.tx() as c:
         assert c.execute(text("SHOW idle_session_timeout")).scalar_one() == "0"
+
+
+def test_a_connection_lost_before_the_take_is_a_storage_error(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database drops the lock's connection between connect and take (PostgreSQL killed,
+    found by the stack chaos suite): a typed ``StorageError`` (the execute answers 503, not 500),
+    and the key is free afterwards."""
+    from sqlalchemy import Connection
+
+    from countersign.storage import StorageError
+
+    locks = ResourceLocks(db)
+    real = locks._connect
+
+    def connect_then_lose() -> Connection:
+        conn = real()
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        with db.engine.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            other.commit()
+        return conn
+
+    monkeypatch.setattr(locks, "_connect", connect_then_lose)
+
+    async def hold() -> None:
+        async with locks.hold(["cart:lost"]):
+            raise AssertionError("held on a lost connection")
+
+    with pytest.raises(StorageError, match="cart:lost"):
+        asyncio.run(hold())
+    monkeypatch.undo()
+
+    async def again() -> bool:
+        async with locks.hold(["cart:lost"], wait_s=1):
+            return True
+
+    assert asyncio.run(again())

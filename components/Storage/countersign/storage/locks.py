@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from .db import Database
 from .errors import ResourceBusyError, StorageError
@@ -69,14 +69,17 @@ class ResourceLocks:
             return
         conn = self._connect()
         try:
-            await self._take(conn, wanted, wait_s)
+            try:
+                await self._take(conn, wanted, wait_s)
+            except SQLAlchemyError as e:  # the database went away between connect and take
+                raise StorageError(f"cannot take the locks {wanted}: {e}") from e
             try:
                 yield conn
             finally:
                 self._release(conn, wanted)
         finally:
             # the connection goes back to the pool: it must not keep the lease's timeout
-            with contextlib.suppress(DBAPIError):
+            with contextlib.suppress(SQLAlchemyError):
                 conn.execute(text("RESET idle_session_timeout"))
             conn.close()
 
@@ -116,7 +119,7 @@ class ResourceLocks:
     @staticmethod
     def _release(conn: Connection, keys: list[str]) -> None:
         for k in keys:
-            with contextlib.suppress(DBAPIError):  # a lost session has released them already
+            with contextlib.suppress(SQLAlchemyError):  # a lost session released them already
                 conn.execute(
                     text("SELECT pg_advisory_unlock(hashtextextended(:k, :seed))"),
                     {"k": k, "seed": LOCK_SEED},
