@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from countersign.api.core import TERMINAL, fold_events
 from countersign.approvals import Approvals
@@ -214,14 +214,22 @@ class MeetingWorld:
         return out
 
 
-def settler_for(world: MeetingWorld, transport: N8nTransport) -> Settler:
+class World(Protocol):
+    """What the reconciler's passes need of a use case's world (meeting, shopping)."""
+
+    db: Database
+
+    def executor(self, transport: N8nTransport | None) -> Executor: ...
+
+
+def settler_for(world: World, transport: N8nTransport) -> Settler:
     return Settler(
         lambda: world.executor(transport), settle_after_s=1.0, scan=RecordScan(skew=timedelta(0))
     )
 
 
 async def settle_until_quiet(
-    world: MeetingWorld, transport: N8nTransport, plan_id: str, *, deadline_s: float = 60.0
+    world: World, transport: N8nTransport, plan_id: str, *, deadline_s: float = 60.0
 ) -> Settlement | None:
     """The reconciler's passes (as the API runs them) until the plan's execute has an end."""
     loop = SettleLoop(

@@ -26,25 +26,23 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from countersign.api.core import TERMINAL
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
 from countersign.execute import Executor
-from countersign.execute.settle import Settlement, Settler
-from countersign.execute.settling import SettleLoop
+from countersign.execute.settle import Settler
 from countersign.kernel import CountersignError, Intent, Policy, system_clock
-from countersign.n8n.executions import RecordScan
 from countersign.planner.testing import signed_plan
 from countersign.preview import run_preview
 from countersign.registry import Registry
 from countersign.sandbox import ShopSandbox
 from countersign.signer import KeyRing
 from countersign.steps import N8nTransport, StoreRecorder
-from countersign.storage import Database, PlanEvents
-from tests.chaos.harness import KillableN8n, Run, plan_status
+from countersign.storage import Database
+from tests.chaos.harness import KillableN8n, Run, plan_status, settle_until_quiet, settler_for
 
 LOCAL = Policy(providers={"calendar": "caldav", "mail": "smtp", "chat": "slack"})
 #: the plan's writes: the cart add (gate-A's) and the checkout (gate-B's)
@@ -127,31 +125,6 @@ class ShopWorld:
 
 def user_of(doc: dict[str, Any]) -> str:
     return str(doc["plan"]["intent"]["user_id"])
-
-
-def settler_for(world: ShopWorld, transport: N8nTransport) -> Settler:
-    return Settler(
-        lambda: world.executor(transport), settle_after_s=1.0, scan=RecordScan(skew=timedelta(0))
-    )
-
-
-async def settle_until_quiet(
-    world: ShopWorld, transport: N8nTransport, plan_id: str, *, deadline_s: float = 60.0
-) -> Settlement | None:
-    """The reconciler's passes (as the API runs them) until the plan's execute has an end."""
-    loop = SettleLoop(
-        settler_for(world, transport), PlanEvents(world.db), quiet_s=0, attention_after_s=8.0
-    )
-    last: Settlement | None = None
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        for s in await loop.pass_once():
-            if s.plan_id == plan_id:
-                last = s
-        if plan_status(world.db, plan_id)[0] != "running":
-            return last
-        await asyncio.sleep(0.5)
-    return last
 
 
 async def execute(
