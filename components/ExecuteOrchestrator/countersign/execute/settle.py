@@ -452,10 +452,12 @@ class Settler:
 
 def _offers(known: Settlement, expired: str) -> tuple[str, ...]:
     """Finish only once nothing is unknown and the plan may still run; undo once something
-    was done."""
+    was done, or while a write stays unknown (nothing else could end the plan then: the undo
+    compensates what was done, if anything, and ends it ``failed`` naming the unknown writes
+    for the person to check with the provider)."""
     values = set(known.writes.values())
     offers = () if expired or "unknown" in values else ("finish",)
-    return offers + (("undo",) if "done" in values else ())
+    return offers + (("undo",) if values & {"done", "unknown"} else ())
 
 
 def _undo_reason(undone: list[int], unknown: list[int]) -> str:

@@ -42,7 +42,9 @@ async function showSettlement(planId) {
       said.textContent = e.message;
       for (const b of buttons) b.disabled = false;
     }
-  } }, OFFER_LABELS[what] || what));
+  } }, what === "undo" && !Object.values(s.writes).includes("done")
+    ? "Stop here (nothing was done; check the unknown with the provider)"
+    : OFFER_LABELS[what] || what));
   if (!buttons.length) said.textContent = "Nothing can be done from here yet; the server keeps trying to settle it.";
   fs.append(...buttons, said);
   box.append(fs);
