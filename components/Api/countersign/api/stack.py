@@ -360,20 +360,23 @@ def _health(
         ok = await asyncio.to_thread(port_open, int(port), host or "127.0.0.1")
         return "ok" if ok else "down"
 
+    clients: list[Any] = []  # one Temporal client for every check, made at the first
+
     async def worker() -> str:
         pid_file = settings.home / "run" / "worker.pid"
         if pid_file.exists():  # a worker this home started (``countersign up``)
             pid = read_pid(pid_file)
             return "ok" if pid is not None and alive(pid) else "down"
-        return await _pollers(settings, temporal_connect)
+        if not clients:
+            clients.append(await temporal_connect())
+        return await _pollers(settings, clients[0])
 
     return {"n8n": n8n, "temporal": temporal, "worker": worker}
 
 
-async def _pollers(settings: Settings, temporal_connect: Callable[[], Awaitable[Any]]) -> str:
+async def _pollers(settings: Settings, client: Any) -> str:
     """A worker elsewhere (its own container): ``ok`` when Temporal has seen a worker poll the
     durable task queue lately (its pollers of the last minutes), ``down`` otherwise."""
-    client = await temporal_connect()
     answer = await client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=settings.temporal_namespace,
