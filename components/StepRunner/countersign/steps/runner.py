@@ -17,8 +17,6 @@ the provider, is what a preview waits for (StepRunner LLD "Batched preview reads
 from __future__ import annotations
 
 import asyncio
-import functools
-import ssl
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,7 +38,7 @@ from countersign.workflowbuilder import (
 )
 
 from .analyze import run_in_process
-from .http import asend, http_call
+from .http import asend, default_tls, http_call
 from .sequence import Write
 from .writes import Attempt
 
@@ -310,7 +308,7 @@ class N8nStepRunner:
     ) -> dict[int, Any]:
         """Read ``steps`` again, directly (``read_direct``), each as soon as its inputs are ready,
         over one connection pool; every step's output (``run_dag``)."""
-        async with httpx.AsyncClient(verify=_tls(), timeout=30.0) as client:
+        async with httpx.AsyncClient(verify=default_tls(), timeout=30.0) as client:
 
             async def one(step: PlanStep, known: Mapping[int, Any]) -> Any:
                 return await self.read_direct(client, step, known)
@@ -409,9 +407,3 @@ class N8nStepRunner:
         return [
             normalize_output(op.output, item, a) for item, a in zip(answer, args_of, strict=True)
         ]
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """One default TLS context per process (building one costs milliseconds)."""
-    return ssl.create_default_context()
