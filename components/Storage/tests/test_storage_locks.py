@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -121,6 +122,70 @@ def test_a_killed_holder_process_releases_its_lock(db: Database) -> None:
         assert asyncio.run(taken(10.0)), "a dead holder's lock is released"
     finally:
         holder.kill()
+
+
+_HUNG_HOLDER = """\
+import asyncio, sys
+from countersign.storage import Database, ResourceLocks
+db = Database.from_url(sys.argv[1], migrate=False)
+async def main():
+    async with ResourceLocks(db, lease_s=float(sys.argv[2])).hold(['calendar:hung']):
+        print('held', flush=True)
+        await asyncio.sleep(1)  # stopped here: the session sits idle past its lease
+    print('left', flush=True)
+asyncio.run(main())
+"""
+
+
+def test_a_hung_holder_loses_its_lock_after_the_lease_and_cannot_free_the_next_ones(
+    db: Database,
+) -> None:
+    """A holder that hangs (SIGSTOPped: its connection stays open, nothing is sent on it) keeps
+    the key until its lease: the server ends its idle session (``idle_session_timeout``) and the
+    key is free. When it wakes, leaving its block is quiet and lets go nothing of the next
+    holder's."""
+    lease_s = 1.0
+    url = db.engine.url.render_as_string(hide_password=False)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HUNG_HOLDER, url, str(lease_s)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    locks = ResourceLocks(db)
+
+    async def taken(wait_s: float) -> bool:
+        try:
+            async with locks.hold(["calendar:hung"], wait_s=wait_s):
+                return True
+        except ResourceBusyError:
+            return False
+
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        holder.send_signal(signal.SIGSTOP)  # hung: alive, connected, silent
+        held_at = time.monotonic()
+        assert not asyncio.run(taken(0.2)), "the hung holder keeps it within its lease"
+
+        async def after_the_lease() -> None:
+            async with locks.hold(["calendar:hung"], wait_s=10):
+                waited = time.monotonic() - held_at
+                assert lease_s * 0.9 <= waited < lease_s + 5, waited
+                holder.send_signal(signal.SIGCONT)  # it wakes while the next holder has it
+                out, err = await asyncio.to_thread(holder.communicate, timeout=20)
+                assert holder.returncode == 0 and out.strip() == "left", err
+                # its release ran on a session the server had ended: the key is still ours
+                other = ResourceLocks(db)
+                with pytest.raises(ResourceBusyError):
+                    async with other.hold(["calendar:hung"], wait_s=0.2):
+                        pytest.fail("the woken holder let go of the next holder's key")
+
+        asyncio.run(after_the_lease())
+        assert asyncio.run(taken(0.2)), "free once its holder left"
+    finally:
+        holder.send_signal(signal.SIGCONT)
+        holder.kill()
+        holder.wait(10)
 
 
 @settings(
