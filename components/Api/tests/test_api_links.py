@@ -6,13 +6,14 @@ card a watcher's mail links to needs a session and decides nothing on GET."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import text
 
 from countersign.api import UserStore
-from countersign.api.testing import ALICE, ApiHarness
+from countersign.api.testing import ALICE, ApiHarness, meeting_body
 
 pytestmark = pytest.mark.slow
 
@@ -20,6 +21,21 @@ SCANNERS = [
     {"User-Agent": "Mozilla/5.0 (compatible; SafeLinks)"},
     {"User-Agent": "Slackbot-LinkExpanding 1.0"},
     {"User-Agent": "curl/8", "Accept": "*/*"},
+]
+
+#: what fetches a mailed link before (or instead of) the person: scanners and link previewers
+MANY_SCANNERS = [
+    *SCANNERS,
+    {
+        "User-Agent": "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like "
+        "Gecko) Chrome/120.0 Safari/537.36 Mimecast"
+    },
+    {"User-Agent": "Proofpoint URL Defense/1.0", "Accept": "text/html,*/*;q=0.8"},
+    {"User-Agent": "Barracuda Sentinel (EE)"},
+    {"User-Agent": "Mozilla/5.0 (compatible; Google-Safety; +http://www.google.com/bot.html)"},
+    {"User-Agent": "Microsoft Office/16.0 (Windows NT 10.0; Microsoft Outlook 16.0; Pro)"},
+    {"User-Agent": "TelegramBot (like TwitterBot)"},
+    {"User-Agent": "WhatsApp/2.23.20.0", "Range": "bytes=0-524287"},
 ]
 
 
@@ -110,3 +126,60 @@ def test_the_card_link_decides_nothing_on_get(api: ApiHarness) -> None:
         for _ in range(3):
             assert browser.get(f"/plans/{plan_id}").status_code == 200
     assert events() == before, "opening the card decided nothing"
+
+
+def _plan_state(c: httpx.Client, plan_id: str) -> dict[str, Any]:
+    """What the API says of a plan: its view, its event stream and its audit rows (read through
+    the API, not the tables)."""
+    view = c.get(f"/v1/plans/{plan_id}")
+    assert view.status_code == 200, view.text
+    with c.stream("GET", f"/v1/plans/{plan_id}/events", params={"follow": "false"}) as r:
+        assert r.status_code == 200
+        events = [line for line in r.iter_lines() if line.startswith("event:")]
+    audit = c.get("/v1/audit", params={"plan_id": plan_id})
+    assert audit.status_code == 200, audit.text
+    return {"view": view.json(), "events": events, "audit": audit.json()["items"]}
+
+
+def test_a_hundred_scanner_fetches_of_both_links_decide_and_spend_nothing(
+    api: ApiHarness,
+) -> None:
+    """100 GETs (and 20 HEADs) of a mailed login link and 100 of the card link of a plan waiting
+    at its gate, by an anonymous client that keeps cookies and follows redirects, with scanner and
+    previewer user agents: no session is made, the plan is still at its gate with its gate
+    undecided, its events and audit rows are as they were, and the login link still signs the
+    person in once when its button POSTs it."""
+    with api.client() as c:
+        made = c.post("/v1/intents", json=meeting_body("Scanned a hundred times", day=4))
+        assert made.status_code == 201, made.text
+        plan_id = made.json()["plan_id"]
+        before = _plan_state(c, plan_id)
+    gate = before["view"]["gates"][0]
+    assert gate["gate_id"] == "gate-A" and before["view"]["status"] == "previewed", before["view"]
+    link = _link(api)
+    urls = [(f"/login?token={link}", 200), (f"/plans/{plan_id}", 401)]
+    seen: dict[str, int] = {}
+    with httpx.Client(base_url=api.base, follow_redirects=True, timeout=30) as scanner:
+        for i in range(100):
+            for url, status in urls:
+                r = scanner.get(url, headers=MANY_SCANNERS[i % len(MANY_SCANNERS)])
+                assert r.status_code == status, (url, r.status_code, r.text[:200])
+                assert "set-cookie" not in r.headers, url
+                seen[url] = seen.get(url, 0) + 1
+                if i % 5 == 0:
+                    h = scanner.head(url, headers=MANY_SCANNERS[i % len(MANY_SCANNERS)])
+                    assert h.status_code in (401, 405), (url, h.status_code)
+        assert not scanner.cookies, "a fetch signed the scanner in"
+        assert scanner.get("/v1/me").status_code == 401
+    assert set(seen.values()) == {100}
+    with api.client() as c:
+        after = _plan_state(c, plan_id)
+    assert after == before, "a fetch of the card link changed the plan, its events or its audit"
+    assert after["view"]["status"] == "previewed"
+    # the link was spent by none of the fetches: the person's button signs in, once
+    with httpx.Client(base_url=api.base, timeout=30) as browser:
+        r = browser.post("/login", data={"token": link})
+        assert r.status_code == 303, r.text
+        assert browser.get("/v1/me").json()["user_id"] == ALICE
+        assert browser.get(f"/plans/{plan_id}").status_code == 200
+    assert httpx.post(f"{api.base}/login", data={"token": link}).status_code == 401
