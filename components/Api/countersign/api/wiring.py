@@ -26,6 +26,7 @@ from countersign.registry import Registry
 from countersign.registry.store import RegistryStore
 from countersign.signer import KeyRing, ReceiptKeySigner
 from countersign.steps import StepTransport, StoreRecorder
+from countersign.steps.policy import contacts_source
 from countersign.storage import Database, PlanEvents, PlanStore, ReadPool
 from countersign.workflowbuilder import CredentialRef
 
@@ -163,6 +164,8 @@ def _base(
     audit: AuditLog,
     transport: StepTransport | None,
 ) -> _Base:
+    # ContextRAG's exemplar source: the PlanLibrary that PlanWriter keeps (PlanLibrary SPEC §4)
+    memory = MemoryStore(db, clock=clock, exemplars=writer.library, reads=reads)
     executor = Executor(
         keys=keyring,
         registry=registry,
@@ -173,6 +176,8 @@ def _base(
         clock=clock,
         plan_writer=writer,
         policy=policy,
+        # the gate rules' set tests read the person's contacts as they are at the write
+        facts=contacts_source(memory.contacts),
     )
     intake = Intake(registry, threshold=policy.intake_threshold)
     return _Base(
@@ -186,8 +191,7 @@ def _base(
         recorder=StoreRecorder(db, clock=clock),
         # every gate decision is a receipt signed by the service key (Approvals SPEC §4)
         approvals=Approvals(db, clock=clock, audit=audit, receipts=ReceiptKeySigner(keyring)),
-        # ContextRAG's exemplar source: the PlanLibrary that PlanWriter keeps (PlanLibrary SPEC §4)
-        memory=MemoryStore(db, clock=clock, exemplars=writer.library, reads=reads),
+        memory=memory,
         runtime=Runtime(registry, executor, intake, transport=transport, credentials=credentials),
         reads=reads,
     )

@@ -54,7 +54,7 @@ from .models import (
     RejectCall,
     StepCall,
 )
-from .policy import policy_refusal
+from .policy import FactsSource, policy_refusal, write_facts
 
 __all__ = ["PLAN_STATUS", "DurableActivities", "DurableStores"]
 
@@ -120,8 +120,12 @@ class DurableActivities:
         stores: DurableStores | None = None,
         sender: DirectSender | None = None,
         policy: Policy | None = None,
+        facts: FactsSource | None = None,
     ) -> None:
         self.db = db
+        #: the person's facts the rules' set tests read at each write (their contacts, from the
+        #: live store); None: only ``self`` is known
+        self.facts = facts
         #: the policy whose gate rules every write is checked against before it is sent (the
         #: deployment's policy file, as the API's executor; default rules without one)
         self.policy = policy or Policy()
@@ -387,7 +391,8 @@ class DurableActivities:
     def _policy_allows(self, plan: Plan, step: PlanStep, args: dict[str, Any], actor: str) -> None:
         """The gate rules again on the write's arguments as sent (``policy.policy_refusal``, the
         interactive executor's rules); refused and audited as the interactive executor audits."""
-        why = policy_refusal(plan, step, args, self.policy)
+        facts = write_facts(self.policy, plan.intent.user_id, self.facts)
+        why = policy_refusal(plan, step, args, self.policy, facts=facts)
         if why is None:
             return
         self._audit(

@@ -10,6 +10,7 @@ import typer
 from temporalio.service import RPCError
 
 from countersign.audit import AuditLog
+from countersign.contextrag import MemoryStore
 from countersign.kernel import (
     InputError,
     Policy,
@@ -22,6 +23,7 @@ from countersign.kernel import (
 from countersign.planwriter import PlanWriter
 from countersign.registry.store import RegistryStore
 from countersign.signer import ReceiptKeySigner, open_keyring
+from countersign.steps.policy import contacts_source
 from countersign.storage import Database
 
 from .activities import DurableActivities
@@ -125,6 +127,8 @@ def worker_cmd() -> None:
         settings=settings.connector_settings,
         plan_writer=PlanWriter.for_settings(db, settings, clock=lambda: datetime.now(UTC)),
         policy=worker_policy(settings.policy_file),
+        # the gate rules' set tests read the person's contacts as they are at the write
+        facts=contacts_source(MemoryStore(db, clock=system_clock).contacts),
     )
 
     async def run() -> None:

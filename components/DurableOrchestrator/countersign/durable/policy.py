@@ -7,11 +7,14 @@ policy this worker runs under, as the interactive executor does (``execute.polic
 the same rule semantics over ``kernel.rule_hits``): a sure ``deny`` rule refuses it, and so does a
 ``gate`` rule that the write's guarding gate (``steps.guarding_gate``) does not name — a plan
 signed with a gate dropped, or made under other rules. The evaluation is StepRunner's
-``steps.policy_refusal``, the one both runtimes call; the caller audits and raises.
+``steps.policy_refusal``, the one both runtimes call; the caller audits and raises. The set tests
+read the person's facts at the write (``steps.policy.write_facts``: ``self``, and the contacts
+the worker's ``FactsSource`` reads from the live store when a rule names them).
 """
 
 from __future__ import annotations
 
 from countersign.steps import policy_refusal
+from countersign.steps.policy import FactsSource, write_facts
 
-__all__ = ["policy_refusal"]
+__all__ = ["FactsSource", "policy_refusal", "write_facts"]

@@ -51,7 +51,7 @@ from countersign.workflowbuilder import CredentialRef
 
 from .checks import GateChecks
 from .core import WriteSpec, write_specs
-from .policy import check_policy
+from .policy import FactsSource, check_policy, write_facts
 from .reconcile import Reconciler
 from .recovery import Recovery
 from .state import (
@@ -127,6 +127,9 @@ class Executor:
     #: the policy in force: its gate rules are evaluated again on each write's arguments as
     #: sent (``execute.policy``); None: no rule is checked here (the plan's gates stand)
     policy: Policy | None = None
+    #: the person's facts the policy's set tests read at the write (their contacts, read from
+    #: the live store by whoever builds this executor); None: only ``self`` is known
+    facts: FactsSource | None = None
 
     def __post_init__(self) -> None:
         stores = self.stores or ExecuteStores.over(self.db, clock=self.clock)
@@ -513,6 +516,7 @@ class Executor:
             {**run.choices, gate: choice},
             policy=self.policy,
             refused=refused,
+            facts=write_facts(self.policy, run.plan.intent.user_id, self.facts),
         )
 
     def _within_budget(self, run: Run, gate: str) -> None:

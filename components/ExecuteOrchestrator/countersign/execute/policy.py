@@ -4,7 +4,8 @@ The Planner put on each gate the ``gate`` rules its writes matched (``because``)
 arguments as they will be sent (references resolved from what was read and chosen), each write is
 evaluated against the rules of the policy in force now: a ``deny`` rule refuses it; a ``gate``
 rule the write's gate does not name refuses it too (the plan was made under other rules, or its
-gate was not what the policy asks for). Refusals are audited (``execute_refused``, reason
+gate was not what the policy asks for, or the person's facts moved: a recipient removed from the
+contacts since the approval). ``facts``: the person's sets as read now (``Executor.facts``). Refusals are audited (``execute_refused``, reason
 ``policy_refused``) before anything of the gate is written.
 """
 
@@ -15,11 +16,13 @@ from typing import Any
 
 from countersign.binding import resolve_refs
 from countersign.kernel import CountersignError, Plan, Policy
+from countersign.kernel.rules import RuleFacts
 from countersign.steps import policy_refusal
+from countersign.steps.policy import FactsSource, write_facts
 
 from .state import PolicyRefusedError
 
-__all__ = ["check_policy"]
+__all__ = ["FactsSource", "check_policy", "write_facts"]
 
 
 def check_policy(
@@ -31,6 +34,7 @@ def check_policy(
     *,
     policy: Policy,
     refused: Callable[[str, int, str], None],
+    facts: RuleFacts | None = None,
 ) -> None:
     """Refuse (``PolicyRefusedError``, after ``refused(reason, step, op)`` audits it) the first
     write of ``steps`` the policy denies or gates without its gate naming the rule."""
@@ -41,7 +45,8 @@ def check_policy(
             args = resolve_refs(s.args, outputs, choices)
         except CountersignError:
             args = dict(s.args)  # what cannot be resolved yet stays a reference: unknown
-        why = policy_refusal(plan, s, args if isinstance(args, Mapping) else {}, policy, gate=gate)
+        known = args if isinstance(args, Mapping) else {}
+        why = policy_refusal(plan, s, known, policy, gate=gate, facts=facts)
         if why is not None:
             refused(why, n, op)
             raise PolicyRefusedError(f"plan {plan.plan_id}: {why}")

@@ -5,8 +5,21 @@ on their arguments (``where``: every test must hold), what follows (``then``: ``
 write is approved at a gate that says ``because``; ``deny`` — it never runs), and ``because``
 (the sentence the card shows). The language is small and total: a test compares one argument
 with a constant (``gt``/``ge``/``lt``/``le`` on numbers and amounts, ``eq``/``ne``, ``in``/
-``not_in``, ``matches``/``not_matches`` as globs on text); no expression is evaluated, nothing
-is read but the arguments, every input gives an answer.
+``not_in``, ``matches``/``not_matches`` as globs on text), or with a named set of the person's
+facts (``in_set``/``not_in_set``, below); no expression is evaluated, nothing is read but the
+arguments and the facts the caller gives, every input gives an answer.
+
+Set tests (``in_set: contacts``, ``not_in_set: [contacts, self]``) test an argument against a
+named set of the person's facts (``RuleFacts``: set name → normalized strings, e-mail addresses
+and calendar ids compared case-insensitively), or the union of several named sets. The caller
+gives the facts: the Planner from the plan's inputs (``self``: the plan's user; ``contacts``: the
+contacts the evidence names), the executors from the live store at the write (a contact removed
+after the approval counts as removed). ``in_set`` holds for a text in the set, or a list whose
+every element is a text in the set (the empty list: nobody is outside); anything else (a number,
+a missing argument) is not in it. ``not_in_set`` is its exact negation: a list fails it — the rule
+applies — as soon as ANY element is outside (one recipient outside the contacts is enough). A set
+the caller did not give, or a list element that is still a reference while no known element
+decides, makes the test *unknown*, as a reference does (below).
 
 An argument that is still a reference (``{"$ref": …}``: a gate's choice, an earlier step's
 output) is *unknown* at planning: a ``gate`` rule then applies (the safe side: one reason too
@@ -25,9 +38,12 @@ unknown is never retried (the table refuses it: at most once).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fnmatch import fnmatchcase
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
@@ -41,12 +57,55 @@ __all__ = [
     "FailureClass",
     "GateRule",
     "OnFailure",
+    "RuleFacts",
     "RuleHit",
     "failure_actions",
+    "person_facts",
     "rule_hits",
+    "set_names",
 ]
 
 _NUMERIC = ("gt", "ge", "lt", "le")
+#: a named set of the person's facts (``self``, ``contacts``, …)
+_SET_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
+SetNames = str | list[str]
+
+
+def norm(value: str) -> str:
+    """A fact or an argument as sets compare it: trimmed, case folded (``Bob@X`` is ``bob@x``)."""
+    return value.strip().casefold()
+
+
+@dataclass(frozen=True)
+class RuleFacts:
+    """The person's facts the set tests read: set name → normalized strings (``of`` builds it).
+    A name not here is a set the caller does not know: its tests are unknown."""
+
+    sets: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def of(cls, sets: Mapping[str, Iterable[str]]) -> RuleFacts:
+        """The facts from plain values (each normalized with ``norm``)."""
+        return cls(MappingProxyType({k: frozenset(norm(v) for v in vs) for k, vs in sets.items()}))
+
+    def union(self, names: Sequence[str]) -> frozenset[str] | None:
+        """The union of the named sets; None when one of them was not given."""
+        found = [self.sets.get(n) for n in names]
+        if any(f is None for f in found):
+            return None
+        return frozenset().union(*(f for f in found if f is not None))
+
+
+def person_facts(user_id: str, contacts: Iterable[str] | None = None) -> RuleFacts:
+    """The facts about one person: ``self`` (their own address and calendar: the user id) and,
+    when given, ``contacts`` (the e-mail addresses of their address book)."""
+    sets: dict[str, Iterable[str]] = {"self": [user_id]}
+    if contacts is not None:
+        sets["contacts"] = contacts
+    return RuleFacts.of(sets)
+
+
+_NO_FACTS = RuleFacts()
 
 
 class _Rule(BaseModel):
@@ -70,6 +129,8 @@ class ArgTest(_Rule):
     not_in: list[JsonValue] | None = Field(default=None, max_length=200)
     matches: str | None = Field(default=None, max_length=200)
     not_matches: str | None = Field(default=None, max_length=200)
+    in_set: SetNames | None = None
+    not_in_set: SetNames | None = None
 
     @model_validator(mode="after")
     def _one(self) -> ArgTest:
@@ -77,9 +138,36 @@ class ArgTest(_Rule):
         if len(given) != 1:
             raise ValueError(
                 f"an argument test sets exactly one of gt, ge, lt, le, eq, ne, in, "
-                f"not_in, matches, not_matches (got {given or 'none'})"
+                f"not_in, matches, not_matches, in_set, not_in_set (got {given or 'none'})"
+            )
+        names = self.set_names()
+        is_set = self.in_set is not None or self.not_in_set is not None
+        if is_set and (not 1 <= len(names) <= 8 or any(not re.match(_SET_NAME, n) for n in names)):
+            raise ValueError(
+                f"a set test names 1 to 8 sets, each like 'contacts' (got {list(names)})"
             )
         return self
+
+    def set_names(self) -> tuple[str, ...]:
+        """The sets a set test names (none for a test against constants)."""
+        given = self.in_set if self.in_set is not None else self.not_in_set
+        if given is None:
+            return ()
+        return (given,) if isinstance(given, str) else tuple(given)
+
+    def check(self, value: Any, facts: RuleFacts = _NO_FACTS) -> bool | None:
+        """Whether ``value`` passes; None when that is unknown (a reference, a set the caller
+        did not give)."""
+        if _is_ref(value):
+            return None
+        names = self.set_names()
+        if not names:
+            return self.holds(value)
+        known = facts.union(names)
+        if known is None:
+            return None
+        inside = _all_in(value, known)
+        return inside if inside is None or self.in_set is not None else not inside
 
     def holds(self, value: Any) -> bool:
         """Whether ``value`` (a known argument) passes; a value of the wrong kind does not."""
@@ -108,19 +196,19 @@ class GateRule(_Rule):
     then: Literal["gate", "deny"]
     because: str = Field(min_length=1, max_length=200)
 
-    def matches(self, op: str, args: Mapping[str, Any]) -> bool | None:
-        """True when the rule is about this write; None when an argument it tests is still a
-        reference (unknown until the write runs); False otherwise."""
+    def matches(
+        self, op: str, args: Mapping[str, Any], facts: RuleFacts = _NO_FACTS
+    ) -> bool | None:
+        """True when the rule is about this write; None when a test is unknown (an argument
+        still a reference until the write runs, a set of facts not given); False otherwise."""
         if not fnmatchcase(op, self.op):
             return False
         unknown = False
         for name, test in self.where.items():
-            value = args.get(name)
-            if isinstance(value, Mapping) and "$ref" in value:
-                unknown = True
-                continue
-            if not test.holds(value):
+            passed = test.check(args.get(name), facts)
+            if passed is False:
                 return False
+            unknown = unknown or passed is None
         return None if unknown else True
 
 
@@ -133,14 +221,45 @@ class RuleHit(_Rule):
     sure: bool
 
 
-def rule_hits(rules: Sequence[GateRule], op: str, args: Mapping[str, Any]) -> list[RuleHit]:
-    """The rules that are about the write ``op`` with ``args``, in the policy's order."""
+def rule_hits(
+    rules: Sequence[GateRule],
+    op: str,
+    args: Mapping[str, Any],
+    facts: RuleFacts | None = None,
+) -> list[RuleHit]:
+    """The rules that are about the write ``op`` with ``args`` (the person's ``facts`` for the
+    set tests; None: no set is known), in the policy's order."""
     out: list[RuleHit] = []
     for r in rules:
-        m = r.matches(op, args)
+        m = r.matches(op, args, facts or _NO_FACTS)
         if m is not False:
             out.append(RuleHit(rule=r.id, then=r.then, because=r.because, sure=m is True))
     return out
+
+
+def set_names(rules: Sequence[GateRule]) -> frozenset[str]:
+    """Every set the rules' tests name (a caller reads only the facts the policy needs)."""
+    return frozenset(n for r in rules for t in r.where.values() for n in t.set_names())
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, Mapping) and "$ref" in value
+
+
+def _all_in(value: Any, known: frozenset[str]) -> bool | None:
+    """A text in ``known``, or a list of texts all in it: True; a non-text, or one element known
+    to be outside: False; else (an element still a reference) None."""
+    if isinstance(value, str):
+        return norm(value) in known
+    if not isinstance(value, list):
+        return False
+    unknown = False
+    for v in value:
+        if _is_ref(v):
+            unknown = True
+        elif not (isinstance(v, str) and norm(v) in known):
+            return False
+    return None if unknown else True
 
 
 def _number(value: Any) -> Decimal | None:

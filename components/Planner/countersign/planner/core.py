@@ -14,7 +14,9 @@ Steps (Planner LLD §1–4):
    placeholders, label ``dry_run``, compute scopes and TTL;
 5. the policy's gate rules (``kernel.rules``): each gate says ``because`` — every ``gate`` rule a
    write it guards matches (a reference counts as a match) — and a write a ``deny`` rule
-   matches on known values is no plan (``PlanningError`` naming the rule).
+   matches on known values is no plan (``PlanningError`` naming the rule); the set tests read
+   the person's facts from the plan's inputs (``facts.plan_facts``: ``self``, the contacts the
+   evidence names).
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ from countersign.kernel import (
     rule_hits,
     sha256_hex,
 )
+from countersign.kernel.rules import RuleFacts
 from countersign.registry import IntentSpec, Operation, Registry, StepTemplate
 
 from .entities import policy_value, resolve_entities
+from .facts import plan_facts
 
 __all__ = ["PLANNER_VERSION", "make_plan", "policy_version"]
 
@@ -112,7 +116,7 @@ def make_plan(
     ordered = _toposort(_insert_gates(protos, policy, registry))
     numbered = _number(ordered, plan_id, spec.name)
     writes_at = {s.step for s, p in zip(numbered, ordered, strict=True) if p.op.safety == "write"}
-    graph = _with_reasons(numbered, writes_at, policy)
+    graph = _with_reasons(numbered, writes_at, policy, plan_facts(intent, evidence))
     _check_offered_ranges(graph, registry, intent)
     writes = [p for p in ordered if p.op.safety == "write"]
     scopes = sorted({s for p in writes for s in p.op.scopes})
@@ -433,7 +437,9 @@ def _number(ordered: list[_Proto], plan_id: str, intent: str) -> list[PlanStep]:
 
 
 # ---- policy rules -----------------------------------------------------------------------------
-def _with_reasons(graph: list[PlanStep], writes: set[int], policy: Policy) -> list[PlanStep]:
+def _with_reasons(
+    graph: list[PlanStep], writes: set[int], policy: Policy, facts: RuleFacts
+) -> list[PlanStep]:
     """Each gate's ``because``: the policy's ``gate`` rules the writes it guards match, in the
     policy's order, each with the steps it is about; a write a ``deny`` rule matches refuses."""
     gates = {s.step: s for s in graph if s.gate_id}
@@ -442,7 +448,7 @@ def _with_reasons(graph: list[PlanStep], writes: set[int], policy: Policy) -> li
         if s.step not in writes:
             continue
         guard = _guard_of(s, graph, gates)
-        for hit in rule_hits(policy.rules, f"{s.uses}.{s.call}", s.args):
+        for hit in rule_hits(policy.rules, f"{s.uses}.{s.call}", s.args, facts):
             if hit.then == "deny" and hit.sure:
                 raise PlanningError(
                     f"policy rule {hit.rule!r} forbids step {s.step} ({s.uses}.{s.call}): "
