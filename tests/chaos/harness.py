@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from countersign.api.core import TERMINAL, fold_events
+from countersign.api.core import ASKING, TERMINAL, fold_events
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
 from countersign.execute import Executor
@@ -309,7 +309,7 @@ async def _person(
     elif "undo" in shown.offers:
         await settler.undo(plan_id, user_id=ALICE)
     status, _ = plan_status(world.db, plan_id)
-    if status not in TERMINAL and status not in ("waiting", "unknown", "running"):
+    if status not in TERMINAL and status not in (*ASKING, "waiting", "running"):
         # nothing written (cut before the first write): a fresh approval runs it
         slot = _slot_of(world, plan_id)
         if slot is not None:
@@ -337,9 +337,9 @@ def check_meeting(
         bad.append(f"twice: {effects}")
     if len(set(events)) > 1:
         bad.append(f"half: events {effects}")
-    if status == "running" or status not in (*TERMINAL, "unknown", "waiting", "approved"):
+    if status == "running" or status not in (*TERMINAL, *ASKING, "waiting", "approved"):
         bad.append(f"stuck: plan {status}")
-    if status == "unknown":
+    if status in ASKING:
         shown = Settler(lambda: world.executor(None)).describe(
             doc["plan"]["plan_id"], user_id=ALICE
         )

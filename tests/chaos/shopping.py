@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from countersign.api.core import TERMINAL
+from countersign.api.core import ASKING, TERMINAL
 from countersign.approvals import Approvals
 from countersign.audit import AuditLog
 from countersign.execute import Executor
@@ -211,7 +211,7 @@ async def person_acts(
         run.execute += " +undo"
     for _ in range(2):  # gate-A again (nothing written), then gate-B
         status, gates = plan_status(world.db, plan_id)
-        if status in TERMINAL or status in ("unknown", "running"):
+        if status in TERMINAL or status in (*ASKING, "running"):
             return
         if gates.get("gate-A") != "passed":
             gate, choice = "gate-A", run.choice
@@ -298,9 +298,9 @@ def _whole(
 
 def _stuck(settler: Settler, doc: dict[str, Any], status: str, gates: dict[str, str]) -> list[str]:
     bad = []
-    if status == "running" or status not in (*TERMINAL, "unknown", "waiting"):
+    if status == "running" or status not in (*TERMINAL, *ASKING, "waiting"):
         bad.append(f"stuck: plan {status}")
-    if status == "unknown":
+    if status in ASKING:
         shown = settler.describe(doc["plan"]["plan_id"], user_id=user_of(doc))
         if not shown.offers:
             bad.append(f"stuck: needs attention with nothing offered {shown.writes}")

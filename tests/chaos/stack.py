@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from countersign.api.core import TERMINAL
+from countersign.api.core import ASKING, TERMINAL
 from countersign.kernel.process import alive, free_port, read_pid, spawn
 
 #: every process the chaos suite may kill, by name: where its pid is (relative to the home)
@@ -394,7 +394,7 @@ def kill_during(s: ChaosStack, run: StackRun, call: Call) -> None:
 
 
 def wait_settled(s: ChaosStack, user: str, plan_id: str, deadline_s: float) -> dict[str, Any]:
-    """Poll until the plan is terminal, or asks the person (``unknown`` with an offer), or
+    """Poll until the plan is terminal, or asks the person (``needs_attention`` with an offer), or
     waits for one (``approved``/``waiting`` with no execute in flight); the last state seen."""
 
     start = time.monotonic()
@@ -403,7 +403,7 @@ def wait_settled(s: ChaosStack, user: str, plan_id: str, deadline_s: float) -> d
     while time.monotonic() < end:
         with contextlib.suppress(RuntimeError):
             state = plan_state(s, user, plan_id)
-            state["offers"] = _offers(s, user, plan_id) if state["status"] == "unknown" else []
+            state["offers"] = _offers(s, user, plan_id) if state["status"] in ASKING else []
             if state["status"] in TERMINAL or state["offers"]:
                 return state
             if (

@@ -147,3 +147,108 @@ def test_a_hand_off_names_its_workflow_and_old_events_fall_back_to_the_id_rule()
         old = handoff_from({"workflow_id": wid})  # written before the type was recorded
         assert old is not None and old.workflow is workflow
     assert handoff_from({"steps": [3]}) is None
+
+
+def _cut_short() -> list[dict[str, object]]:
+    """An approved meeting whose execute was cut short in its second write (n8n died)."""
+    return [
+        *_approved(),
+        _e(4, "step_started", "ok", step=4),
+        _e(5, "step_finished", "ok", step=4),
+        _e(6, "step_started", "ok", step=5),
+        _e(7, "step_unknown", "unknown", step=5),
+    ]
+
+
+def _asked(seq: int, status: str = "unknown") -> dict[str, object]:
+    """The settlement's end of a cut-short execute that it could not settle (``Settler``)."""
+    details = {"needs_attention": True, "writes": {"4": "done", "5": "unknown"}, "offers": ["undo"]}
+    return {**_e(seq, "execute_finished", status), "details": details}
+
+
+#: (why, the events after the cut-short write, the plan's status, gate-A, step 5)
+SETTLING = [
+    ("cut short, nothing ended yet", [], "running", "approved", "unknown"),
+    (
+        "the execute ended with a write unknown: being settled",
+        [_e(8, "execute_finished", "unknown")],
+        "unknown",
+        "approved",
+        "unknown",
+    ),
+    ("the settlement asked a person", [_asked(8)], "needs_attention", "approved", "unknown"),
+    (
+        "asked, after the execute's own unknown end",
+        [_e(8, "execute_finished", "unknown"), _asked(9)],
+        "needs_attention",
+        "approved",
+        "unknown",
+    ),
+    (
+        "settled from evidence: completed",
+        [_e(8, "reconciled", "done", step=5), _e(9, "execute_finished", "completed")],
+        "completed",
+        "passed",
+        "unknown",
+    ),
+    (
+        "asked, then the person undid it",
+        [_asked(8), _e(9, "step_compensated", "ok", step=4), _e(10, "execute_finished", "failed")],
+        "failed",
+        "spent",
+        "unknown",
+    ),
+    (
+        "asked, then finished: the missing write ran",
+        [
+            _asked(8),
+            _e(9, "step_started", "ok", step=5),
+            _e(10, "step_finished", "ok", step=5),
+            _e(11, "execute_finished", "completed"),
+        ],
+        "completed",
+        "passed",
+        "succeeded",
+    ),
+    (
+        "asked, then finish started its writes again",
+        [_asked(8), _e(9, "step_started", "ok", step=6)],
+        "running",
+        "approved",
+        "unknown",
+    ),
+    (
+        "a durable run's unknown end is not a settlement's question",
+        [{**_e(8, "durable_finished", "unknown"), "details": {"workflow_id": "plan-P"}}],
+        "unknown",
+        "approved",
+        "unknown",
+    ),
+    (
+        "needs_attention only with the settlement's flag set",
+        [{**_e(8, "execute_finished", "unknown"), "details": {"needs_attention": False}}],
+        "unknown",
+        "approved",
+        "unknown",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "tail", "status", "gate", "step"), SETTLING, ids=[s[0] for s in SETTLING]
+)
+def test_a_cut_short_execute_reads_as_the_settlement_says(
+    why: str, tail: list[dict[str, object]], status: str, gate: str, step: str
+) -> None:
+    state = fold_events([*_cut_short(), *tail])
+    assert state.status == status, why
+    assert state.gates == {"gate-A": gate}, why
+    assert state.steps[4] in ("succeeded", "compensated") and state.steps[5] == step, why
+
+
+def test_an_ask_without_details_reads_unknown_never_needs_attention() -> None:
+    """The compact events a stored row carries have no details: the fold cannot tell the ask
+    from the execute's own unknown end, and says the weaker word (views.show then folds the
+    full log)."""
+    bare = {k: v for k, v in _asked(8).items() if k != "details"}
+    assert fold_events([*_cut_short(), bare]).status == "unknown"

@@ -48,8 +48,11 @@ def _slot(preview: dict[str, Any]) -> dict[str, str]:
     return {"start": slot["start"], "end": end}
 
 
-def _lose_bobs_write(api: ApiHarness, body: dict[str, Any], slot: dict[str, str]) -> str:
-    """Bob's event write (step 6) claimed, sent and lost two minutes ago; its key."""
+def _lose_bobs_write(
+    api: ApiHarness, body: dict[str, Any], slot: dict[str, str], *, aged: bool = True
+) -> str:
+    """Bob's event write (step 6) claimed, sent and lost two minutes ago (``aged=False``: just
+    now, too recent for the missing evidence to prove it never happened); its key."""
     plan = Plan.model_validate(body["plan"])
     outputs, _ = PlanStore(api.db, clock=system_clock).preview_of(plan.plan_id)
     registry = api.services.runtime.registry
@@ -60,6 +63,8 @@ def _lose_bobs_write(api: ApiHarness, body: dict[str, Any], slot: dict[str, str]
     ledger.claim(key, content_hash(dict(args)), owner="api-that-died")
     ledger.mark_sent(key, owner="api-that-died")
     ledger.mark_unknown(key, "the API process died during the send", owner="api-that-died")
+    if not aged:
+        return key
     with api.db.tx() as c:
         c.execute(
             text(
@@ -72,14 +77,14 @@ def _lose_bobs_write(api: ApiHarness, body: dict[str, Any], slot: dict[str, str]
     return key
 
 
-def _cut_short(api: ApiHarness, alice: httpx.Client, title: str) -> str:
+def _cut_short(api: ApiHarness, alice: httpx.Client, title: str, *, aged: bool = True) -> str:
     """A meeting whose execute stopped after Alice's event (Bob's write unknown); its plan id."""
     body = alice.post("/v1/intents", json=_meeting(title)).json()
     plan_id = str(body["plan_id"])
     slot = _slot(body["preview"])
     token = alice.post(f"/v1/plans/{plan_id}/gates/gate-A/approve", json={"choice": slot})
     assert token.status_code == 200, token.text
-    _lose_bobs_write(api, body, slot)
+    _lose_bobs_write(api, body, slot, aged=aged)
     r = alice.post(
         f"/v1/plans/{plan_id}/execute", json={"tokens": {"gate-A": token.json()["token"]}}
     )
@@ -124,3 +129,24 @@ def test_undo_takes_the_half_meeting_back(api: ApiHarness) -> None:
         assert api.smtp.messages == []
         assert alice.get(f"/v1/plans/{plan_id}").json()["status"] == "failed"
         assert alice.post(f"/v1/plans/{plan_id}/undo").status_code == 409
+
+
+def test_a_settlement_that_asks_the_person_is_the_plans_status(api: ApiHarness) -> None:
+    """Bob's write lost just now: nothing can prove it never happened, so "finish" settles what
+    it can, ends the execute asking the person, and is refused. The plan then reads
+    ``needs_attention`` wherever its status is shown (the plan, the list, the settlement), not
+    ``unknown``; the person's undo ends it ``failed``."""
+    with api.client() as alice:
+        plan_id = _cut_short(api, alice, "Cut short, asked", aged=False)
+        refused = alice.post(f"/v1/plans/{plan_id}/finish")
+        assert refused.status_code == 409 and refused.json()["code"] == "execute_refused"
+        known = alice.get(f"/v1/plans/{plan_id}/settlement").json()
+        assert known["status"] == "needs_attention" and known["offers"] == ["undo"], known
+        assert known["writes"]["6"] == "unknown"
+        assert alice.get(f"/v1/plans/{plan_id}").json()["status"] == "needs_attention"
+        listed = alice.get("/v1/plans", params={"limit": 50}).json()["items"]
+        assert [p["status"] for p in listed if p["plan_id"] == plan_id] == ["needs_attention"]
+        undone = alice.post(f"/v1/plans/{plan_id}/undo")
+        assert undone.status_code == 200 and undone.json()["status"] == "undone", undone.text
+        assert alice.get(f"/v1/plans/{plan_id}").json()["status"] == "failed"
+        assert (len(api.radicale.events(ALICE)), len(api.radicale.events(BOB))) == (0, 0)

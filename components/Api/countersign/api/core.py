@@ -16,6 +16,7 @@ from typing import Any
 from .errors import BadCursorError
 
 __all__ = [
+    "ASKING",
     "TERMINAL",
     "PlanState",
     "decode_cursor",
@@ -80,10 +81,18 @@ class PlanState:
 
 #: a plan status that nothing changes any more
 TERMINAL = frozenset({"completed", "failed", "rejected", "cancelled", "expired", "refused"})
+#: a plan status of a cut-short execute whose writes are not all known: ``unknown`` while the
+#: reconciler settles it, ``needs_attention`` once it asks the person (finish or undo)
+ASKING = frozenset({"unknown", "needs_attention"})
 
 
 def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
     """Fold a plan's events (oldest first) into its status, step statuses and gate decisions.
+
+    The plan's status is one of ``signed``, ``previewed``, ``preview_refused``, ``approved``,
+    ``waiting``, ``running``, ``watching``, ``stale``, ``unknown`` (an execute ended with a write
+    whose outcome is not known yet: the reconciler is settling it), ``needs_attention`` (the
+    reconciler could not settle it: the settlement offers finish or undo), or one of ``TERMINAL``.
 
     A gate is ``open`` until decided; ``approved`` once a token for it was redeemed; ``passed``
     once the execute that spent it ran its writes (completed, or moved on to the next gate);
@@ -101,7 +110,7 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
             state.status = "stale"  # the world moved since the preview: look and approve again
             _gates(state, "approved", "open")
         if kind.endswith("_finished") and kind != "step_finished" and status in _ENDS:
-            state.status = _ENDS[status]
+            state.status = _ended(_ENDS[status], e.get("details"))
             _gates_after(state, state.status)
         if kind == "plan_cancelled":
             _gates_after(state, "cancelled")
@@ -117,6 +126,14 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> PlanState:
         if kind in _GATE_STATUS and isinstance(gate, str):
             _gate_decided(state, kind, gate)
     return state
+
+
+def _ended(status: str, details: Any) -> str:
+    """The plan status an execute's (or a run's) end gives: ``needs_attention`` for an ``unknown``
+    end whose settlement asked a person (``details.needs_attention``: the reconciler could not
+    settle a cut-short execute and offers finish or undo), the settlement's own word."""
+    asks = isinstance(details, Mapping) and bool(details.get("needs_attention"))
+    return "needs_attention" if status == "unknown" and asks else status
 
 
 #: a gate event → the gate's state it records (``gate_waiting`` only for an undecided gate)

@@ -107,6 +107,10 @@ class PlanViews:
         document = stored_document(row)
         events = row.get("events")
         state = fold_events(events) if events is not None else self.state(plan_id)
+        if events is not None and state.status == "unknown":
+            # the stored row's events carry no execute details: whether the settlement asked a
+            # person (``needs_attention``) is in them
+            state = self.state(plan_id)
         outputs = {int(s["step"]): s.get("output") for s in row.get("steps", [])}
         graph: list[dict[str, Any]] = document["plan"].get("graph", [])
         offers = self._choices_of(document, row)
