@@ -1,10 +1,14 @@
 """Plan revisions as a tree (issue 26 §4): ``GET /v1/plans/{id}/revisions`` from any plan of a
 tree gives the same tree from its root, each revision with why it was made; a revision forked from
 an older plan is a sibling, not a child of the newest; another person's tree is 404; an approval of
-one revision never carries over to another (the token is bound to the plan hash)."""
+one revision never carries over to another (the token is bound to the plan hash) — after three
+re-plans by the person and one by the failure table, revision 1's approval is refused on every
+other revision, which the refusal leaves as it was."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -76,3 +80,144 @@ def test_an_approval_never_carries_over_to_another_revision(api: ApiHarness) -> 
             assert r.status_code in (403, 409, 422), r.text
             assert r.json()["code"].startswith(("approval_", "token_")), r.text
     assert api.radicale.events(ALICE) == [] and api.smtp.messages == []
+
+
+def _shape(node: dict[str, Any]) -> list[Any]:
+    """A tree node as its id, why it was made, what changed, and its children (in order)."""
+    failure = (node.get("failure") or {}).get("class")
+    kids = [_shape(n) for n in node["revisions"]]
+    return [node["plan_id"], node["reason"], node["changed"], failure, node["status"], kids]
+
+
+def _view(c: httpx.Client, plan_id: str) -> dict[str, Any]:
+    r = c.get(f"/v1/plans/{plan_id}")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def _option(c: httpx.Client, plan_id: str) -> Any:
+    return _view(c, plan_id)["gates"][0]["choices"]["options"][0]["value"]
+
+
+def _events(c: httpx.Client, plan_id: str) -> list[dict[str, Any]]:
+    """The plan's event stream (its kind and body per event), read through the API."""
+    out: list[dict[str, Any]] = []
+    with c.stream("GET", f"/v1/plans/{plan_id}/events", params={"follow": "false"}) as r:
+        assert r.status_code == 200
+        kind = ""
+        for line in r.iter_lines():
+            if line.startswith("event:"):
+                kind = line[6:].strip()
+            elif line.startswith("data:"):
+                out.append({"event": kind, **json.loads(line[5:].strip())})
+    return out
+
+
+def _busy(api: ApiHarness, slot: dict[str, str]) -> None:
+    """Bob's calendar gets an event over ``slot`` (the world moves)."""
+    start, end = (
+        datetime.fromisoformat(slot[k].replace("Z", "+00:00")).strftime("%Y%m%dT%H%M%SZ")
+        for k in ("start", "end")
+    )
+    api.radicale.add_event(BOB, "moved-world", start, end, "dentist")
+
+
+def test_the_tree_after_three_replans_and_a_failure_refuses_revision_1s_approval_everywhere(
+    api: ApiHarness,
+) -> None:
+    """Three re-plans by the person (an edit, a dropped evidence item, an edit forked from the
+    first plan) and one by the failure table (the approved slot taken: stale): one tree from
+    every plan of it, each revision with its reason and its parent; an approval of revision 1 is
+    refused on every other revision and writes nothing."""
+    with api.client() as c:
+        prefs = {"work_hours": {"start": "00:00", "end": "23:59"}}
+        assert c.put("/v1/memory/prefs", json={"prefs": prefs}).status_code == 200
+        body = meeting_body("Three re-plans", day=6)
+        body["intent"]["context_budget"] = 5  # the work hours are evidence the person can drop
+        made = c.post("/v1/intents", json=body)
+        assert made.status_code == 201, made.text
+        root = made.json()["plan_id"]
+        evidence = made.json()["evidence"]
+        assert "work_hours" in {e["key"] for e in evidence}, evidence
+        first_token = c.post(
+            f"/v1/plans/{root}/gates/gate-A/approve", json={"choice": _option(c, root)}
+        ).json()["token"]
+        longer = _revise(c, root, duration_min=45)
+        r = c.post(f"/v1/plans/{longer}/replan", json={"drop": ["pref:work_hours"]})
+        assert r.status_code == 201, r.text
+        dropped = r.json()["plan_id"]
+        fork = _revise(c, root, title="Three re-plans, renamed")
+        # the person approves the dropped-evidence revision; the slot is taken before it runs
+        slot = _option(c, dropped)
+        token = c.post(f"/v1/plans/{dropped}/gates/gate-A/approve", json={"choice": slot}).json()[
+            "token"
+        ]
+        _busy(api, slot)
+        try:
+            r = c.post(f"/v1/plans/{dropped}/execute", json={"tokens": {"gate-A": token}})
+            assert r.status_code == 409 and r.json()["code"] == "stale_world", r.text
+            trees = {p: c.get(f"/v1/plans/{p}/revisions") for p in (root, longer, dropped, fork)}
+            (after,) = trees[dropped].json()["root"]["revisions"][0]["revisions"][0]["revisions"]
+            failed = after["plan_id"]
+            trees[failed] = c.get(f"/v1/plans/{failed}/revisions")
+            nodes = (longer, dropped, fork, failed)
+            views = {p: _view(c, p) for p in nodes}
+            statuses = {p: views[p]["status"] for p in (*nodes,)}
+            statuses[root] = _view(c, root)["status"]
+            # revision 1's approval, on every other revision: refused, nothing written
+            for target in nodes:
+                told = _events(c, target)
+                r = c.post(f"/v1/plans/{target}/execute", json={"tokens": {"gate-A": first_token}})
+                assert r.status_code in (403, 409, 422), (target, r.text)
+                code = r.json()["code"]
+                assert code.startswith(("approval_", "token_", "plan_")), (target, r.text)
+                # only the refusal is told on the plan's stream; the plan is as it was
+                new = [e["event"] for e in _events(c, target)[len(told) :]]
+                assert new == ["token_refused"], (target, new)
+                now = _view(c, target)
+                assert now.pop("events") == views[target]["events"] + 1
+                assert now == {k: v for k, v in views[target].items() if k != "events"}, target
+            assert api.radicale.events(ALICE) == [] and api.smtp.messages == []
+            assert len(api.radicale.events(BOB)) == 1, "only the event that moved the world"
+            # the failure's revision, approved on its own, writes (once)
+            own = c.post(
+                f"/v1/plans/{failed}/gates/gate-A/approve", json={"choice": _option(c, failed)}
+            ).json()["token"]
+            done = c.post(f"/v1/plans/{failed}/execute", json={"tokens": {"gate-A": own}})
+            assert done.status_code == 202 and done.json()["status"] == "completed", done.text
+            assert len(api.radicale.events(ALICE)) == 1
+        finally:
+            for name in api.radicale.events(BOB):
+                httpx.delete(api.radicale.calendar_url(BOB) + name, timeout=5)
+    want = [
+        root,
+        None,
+        [],
+        None,
+        statuses[root],
+        [
+            [
+                longer,
+                "edited",
+                ["duration_min"],
+                None,
+                statuses[longer],
+                [
+                    [
+                        dropped,
+                        "evidence_dropped",
+                        ["evidence"],
+                        None,
+                        statuses[dropped],
+                        [[failed, "failure", ["failure"], "stale", statuses[failed], []]],
+                    ]
+                ],
+            ],
+            [fork, "edited", ["title"], None, statuses[fork], []],
+        ],
+    ]
+    for asked, tree in trees.items():
+        assert tree.status_code == 200, tree.text
+        assert tree.json()["plan_id"] == asked and tree.json()["truncated"] is False
+        assert _shape(tree.json()["root"]) == want, asked
+    assert statuses[dropped] == "stale" and statuses[failed] == "previewed", statuses
