@@ -39,10 +39,11 @@ unknown is never retried (the table refuses it: at most once).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from fnmatch import fnmatchcase
+from fnmatch import fnmatchcase, translate
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -88,12 +89,11 @@ class RuleFacts:
         """The facts from plain values (each normalized with ``norm``)."""
         return cls(MappingProxyType({k: frozenset(norm(v) for v in vs) for k, vs in sets.items()}))
 
-    def union(self, names: Sequence[str]) -> frozenset[str] | None:
-        """The union of the named sets; None when one of them was not given."""
+    def named(self, names: Sequence[str]) -> tuple[frozenset[str], ...] | None:
+        """The named sets (their union is what a test reads); None when one was not given."""
         found = [self.sets.get(n) for n in names]
-        if any(f is None for f in found):
-            return None
-        return frozenset().union(*(f for f in found if f is not None))
+        sets = tuple(f for f in found if f is not None)
+        return sets if len(sets) == len(found) else None
 
 
 def person_facts(user_id: str, contacts: Iterable[str] | None = None) -> RuleFacts:
@@ -148,6 +148,11 @@ class ArgTest(_Rule):
             )
         return self
 
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """``set_names()``, computed once (a test is evaluated for every write)."""
+        return self.set_names()
+
     def set_names(self) -> tuple[str, ...]:
         """The sets a set test names (none for a test against constants)."""
         given = self.in_set if self.in_set is not None else self.not_in_set
@@ -160,10 +165,10 @@ class ArgTest(_Rule):
         did not give)."""
         if _is_ref(value):
             return None
-        names = self.set_names()
+        names = self.names
         if not names:
             return self.holds(value)
-        known = facts.union(names)
+        known = facts.named(names)
         if known is None:
             return None
         inside = _all_in(value, known)
@@ -196,13 +201,22 @@ class GateRule(_Rule):
     then: Literal["gate", "deny"]
     because: str = Field(min_length=1, max_length=200)
 
+    @cached_property
+    def op_pattern(self) -> Callable[[str], object]:
+        """The ``op`` glob, compiled once (``fnmatchcase``'s own translation)."""
+        return re.compile(translate(self.op)).match
+
     def matches(
         self, op: str, args: Mapping[str, Any], facts: RuleFacts = _NO_FACTS
     ) -> bool | None:
         """True when the rule is about this write; None when a test is unknown (an argument
         still a reference until the write runs, a set of facts not given); False otherwise."""
-        if not fnmatchcase(op, self.op):
+        if not self.op_pattern(op):
             return False
+        return self.where_matches(args, facts)
+
+    def where_matches(self, args: Mapping[str, Any], facts: RuleFacts = _NO_FACTS) -> bool | None:
+        """``matches`` once the op matched: the tests of ``where`` (all must hold)."""
         unknown = False
         for name, test in self.where.items():
             passed = test.check(args.get(name), facts)
@@ -212,13 +226,39 @@ class GateRule(_Rule):
         return None if unknown else True
 
 
-class RuleHit(_Rule):
+@dataclass(frozen=True, slots=True)
+class RuleHit:
     """A rule a write matched (``sure``: on known values)."""
 
     rule: str
     then: Literal["gate", "deny"]
     because: str
     sure: bool
+
+
+#: rules → op → the rules whose ``op`` glob matches it (a policy's rules are one tuple for its
+#: lifetime: a write's args are tested against those rules only); bounded, kept with the tuple
+#: so its id is not reused while cached
+_BY_OP: dict[int, tuple[Sequence[GateRule], dict[str, tuple[GateRule, ...]]]] = {}
+
+
+def _about(rules: Sequence[GateRule], op: str) -> tuple[GateRule, ...]:
+    """The rules whose ``op`` glob matches ``op``, in order (cached per tuple of rules: a
+    policy's; a list may change in place and is read each time)."""
+    if not isinstance(rules, tuple):
+        return tuple(r for r in rules if r.op_pattern(op))
+    held = _BY_OP.get(id(rules))
+    if held is None or held[0] is not rules:
+        if len(_BY_OP) >= 64:
+            _BY_OP.clear()
+        held = (rules, {})
+        _BY_OP[id(rules)] = held
+    found = held[1].get(op)
+    if found is None:
+        found = tuple(r for r in rules if r.op_pattern(op))
+        if len(held[1]) < 1024:
+            held[1][op] = found
+    return found
 
 
 def rule_hits(
@@ -230,10 +270,10 @@ def rule_hits(
     """The rules that are about the write ``op`` with ``args`` (the person's ``facts`` for the
     set tests; None: no set is known), in the policy's order."""
     out: list[RuleHit] = []
-    for r in rules:
-        m = r.matches(op, args, facts or _NO_FACTS)
+    for r in _about(rules, op):
+        m = r.where_matches(args, facts or _NO_FACTS)
         if m is not False:
-            out.append(RuleHit(rule=r.id, then=r.then, because=r.because, sure=m is True))
+            out.append(RuleHit(r.id, r.then, r.because, m is True))
     return out
 
 
@@ -243,21 +283,26 @@ def set_names(rules: Sequence[GateRule]) -> frozenset[str]:
 
 
 def _is_ref(value: Any) -> bool:
-    return isinstance(value, Mapping) and "$ref" in value
+    return isinstance(value, dict) and "$ref" in value
 
 
-def _all_in(value: Any, known: frozenset[str]) -> bool | None:
-    """A text in ``known``, or a list of texts all in it: True; a non-text, or one element known
-    to be outside: False; else (an element still a reference) None."""
+def _in(value: str, known: tuple[frozenset[str], ...]) -> bool:
+    v = norm(value)
+    return any(v in k for k in known)
+
+
+def _all_in(value: Any, known: tuple[frozenset[str], ...]) -> bool | None:
+    """A text in one of the ``known`` sets, or a list of texts each in one: True; a non-text, or
+    one element known to be outside: False; else (an element still a reference) None."""
     if isinstance(value, str):
-        return norm(value) in known
+        return _in(value, known)
     if not isinstance(value, list):
         return False
     unknown = False
     for v in value:
         if _is_ref(v):
             unknown = True
-        elif not (isinstance(v, str) and norm(v) in known):
+        elif not (isinstance(v, str) and _in(v, known)):
             return False
     return None if unknown else True
 
