@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import pytest
 
-from countersign.kernel.process import free_port, read_pid
+from countersign.kernel.process import alive, free_port, read_pid
 from countersign.n8n.keeping import PostgresExecutionStore, execution_store, owner_plan
 from countersign.planner.testing import until
 from countersign.sandbox import sandbox_status
@@ -460,3 +460,76 @@ def test_events_resume_on_the_other_api_after_one_is_killed(scaled: Scaled) -> N
     seqs = [e["seq"] for e in seen + rest]
     assert seqs == list(range(1, len(all_ids) + 1)), seqs  # nothing lost, nothing twice
     assert "execute_finished" in [e["kind"] for e in rest]
+
+
+#: every process of the scaled stack with a pid file ``up`` reads (relative to the home)
+PID_FILES = {
+    "api": "run/api.pid",
+    "api-2": "run/api-2.pid",
+    "worker": "run/worker.pid",
+    "worker-2": "run/worker-2.pid",
+    "n8n": "n8n/n8n.pid",
+    "n8n-worker-0": "n8n/n8n-worker-0.pid",
+    "n8n-worker-1": "n8n/n8n-worker-1.pid",
+    "redis": "n8n/redis.pid",
+    "temporal": "temporal/temporal.pid",
+    **{f"sandbox-{n}": f"sandbox/{n}.pid" for n in ("caldav", "mail", "shop", "visa")},
+}
+
+
+def _pids(home: Path) -> dict[str, int | None]:
+    """Each process's pid while it runs (None: not running), PostgreSQL's postmaster included."""
+    out: dict[str, int | None] = {}
+    for name, rel in PID_FILES.items():
+        pid = read_pid(home / rel)
+        out[name] = pid if pid is not None and alive(pid) else None
+    first = (home / "pg" / "postmaster.pid").read_text().split("\n", 1)[0]
+    out["postgres"] = int(first) if alive(int(first)) else None
+    return out
+
+
+def _kill9(home: Path, name: str) -> None:
+    """SIGKILL ``name``'s process group (n8n's task runners with it); returns once it is gone."""
+    pid = read_pid(home / PID_FILES[name])
+    assert pid is not None and alive(pid), name
+    os.killpg(pid, signal.SIGKILL)
+    assert until(lambda: not alive(pid), timeout=15), f"{name} outlived SIGKILL"
+
+
+def _up_again(s: Scaled, kill: list[str], also: frozenset[str] = frozenset()) -> None:
+    """SIGKILL ``kill``, run ``up`` again: it starts exactly the dead processes (``kill``, and the
+    first API when the test before killed it) and ``also``, says so, and every other process keeps
+    its pid."""
+    for name in kill:
+        _kill9(s.home, name)
+    before = _pids(s.home)
+    dead = {name for name, pid in before.items() if pid is None}
+    assert set(kill) <= dead <= {*kill, "api"}, dead
+    port = s.apis[0].rsplit(":", 1)[1]
+    again = s.cli("up", "--detach", "--scale", "--port", port)
+    said = again.stdout + again.stderr
+    assert again.returncode == 0, said[-3000:]
+    started = re.search(r"^started\s{2,}(.*)$", again.stdout, flags=re.M)
+    assert started and set(started.group(1).split(", ")) == dead | also, said
+    assert "already running" in again.stderr
+    after = _pids(s.home)
+    for name, pid in before.items():
+        if name in dead | also:
+            assert after[name] not in (None, pid), f"{name} was not started again"
+        else:
+            assert after[name] == pid, f"{name} was restarted: {pid} → {after[name]}"
+
+
+def test_up_again_starts_only_what_died_and_leaves_the_rest_alone(scaled: Scaled) -> None:
+    """A durable worker, an n8n queue worker, n8n's main process and the Temporal dev server
+    SIGKILLed (and the first API, when the test before killed it): ``up`` run again starts
+    exactly those and every other process keeps its pid. Redis SIGKILLed: ``up`` starts it and
+    n8n's main process and workers again (they know only the old Redis's port), nothing else.
+    Meetings then complete through both APIs."""
+    _up_again(scaled, ["worker-2", "n8n-worker-0", "n8n", "temporal"])
+    _up_again(scaled, ["redis"], also=frozenset({"n8n", "n8n-worker-0", "n8n-worker-1"}))
+    out: dict[str, Any] = {}
+    for i, pair in enumerate(PEOPLE):
+        _meeting(scaled, i, pair, out, title=f"Again {i}")
+        assert out[pair[0]]["status"] == "completed", out[pair[0]]
+    assert len(scaled.mails("Again 0")) == 2

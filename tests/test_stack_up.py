@@ -1,6 +1,6 @@
 """The whole stack from one command, as a newcomer runs it: ``countersign up --detach`` starts
 every service and prints a login link that works (a meeting goes from a sentence in the chat page
-to a mail in the sandbox mailbox); a second ``up`` says it is running; ``down``
+to a mail in the sandbox mailbox); a second ``up`` says it is running and starts nothing; ``down``
 stops everything, PostgreSQL included."""
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ def test_up_detach_login_and_down(tmp_path: Path) -> None:
         _a_meeting_from_the_chat_page(login, api_port, lines["sandbox mailbox"])
         again = _cli(home, extra, "up", "--detach", "--port", str(api_port))
         assert again.returncode == 0 and "already running" in again.stderr
+        assert re.search(r"^started\s{2,}nothing$", again.stdout, flags=re.M), again.stdout
+        assert re.search(r"^already up\s{2,}.*\bapi\b", again.stdout, flags=re.M), again.stdout
     finally:
         down = _cli(home, extra, "down")
     assert down.returncode == 0, down.stderr

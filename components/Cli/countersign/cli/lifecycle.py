@@ -83,7 +83,9 @@ def _up(
     settings: Settings, intent: Path | None, *, services: bool, port: int, detach: bool
 ) -> None:
     """``up``'s body: check the registry and key ring, start the stack, run the main job, then
-    print where everything is and wait (unless ``detach``)."""
+    print where everything is and wait (unless ``detach``). With any process of the stack already
+    running, ``up`` starts the missing ones only, prints where everything is and what it started,
+    and returns (the main job ran when the stack first came up)."""
     from countersign.kernel import system_clock  # noqa: PLC0415 - `up` alone needs these
     from countersign.registry import load_registry  # noqa: PLC0415
     from countersign.signer import open_keyring, verify_signed_plan  # noqa: PLC0415
@@ -92,12 +94,8 @@ def _up(
 
     from .files import read_document  # noqa: PLC0415
     from .signing import plan_document  # noqa: PLC0415
-    from .stack import stack_down, stack_running, stack_up, wait_for_interrupt  # noqa: PLC0415
+    from .stack import stack_down, stack_up, wait_for_interrupt  # noqa: PLC0415
 
-    if services and stack_running(settings, port):
-        _say(f"the stack of {settings.home} is already running: http://127.0.0.1:{port}")
-        _say("open a new login link with: countersign login-link")
-        return
     example = (
         settings.registry_dir.parent / "usecases" / "meeting" / "fixtures" / "default.intent.json"
     )
@@ -106,6 +104,11 @@ def _up(
     ring = open_keyring(settings, now=_now(), create=True)
     _say(f"key ring ok: active key {ring.active()[0]} in {settings.keys_dir}")
     info = stack_up(settings, port=port, say=_say) if services else None
+    if info is not None and info.tally.already_up:  # run again: it started what was missing
+        for line in info.lines():
+            typer.echo(line)
+        _say(f"the stack of {settings.home} was already running; 'countersign down' stops it")
+        return
     recorder: StoreRecorder | None = None
     if services or settings.database_url is not None:
         db = Database.open(settings)
@@ -145,10 +148,12 @@ def down_cmd() -> None:
 
 
 def status_cmd() -> None:
-    """Where each service is, as JSON."""
+    """Where each service is, and whether each process ``up`` starts runs, as JSON."""
     from countersign.durable.runtime import configured_status  # noqa: PLC0415 - `status` only
     from countersign.n8n import status as n8n_status  # noqa: PLC0415
     from countersign.sandbox import sandbox_status  # noqa: PLC0415
+
+    from .stack import stack_processes  # noqa: PLC0415
 
     settings = Settings()
     print_json(
@@ -156,6 +161,7 @@ def status_cmd() -> None:
             "n8n": n8n_status(settings.home / "n8n"),
             "temporal": configured_status(settings),
             "sandbox": sandbox_status(settings.home),
+            "processes": stack_processes(settings),
             "home": str(settings.home),
         }
     )

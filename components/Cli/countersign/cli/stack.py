@@ -4,8 +4,10 @@ healthy, prints where everything is and a one-time login link, and stays in the 
 Ctrl-C (``--detach``: returns; ``countersign down`` stops it all, PostgreSQL included).
 
 Every process is started through ``countersign.kernel.process`` with its pid file and log in the
-data folder (``<home>/run``, ``<home>/logs``); a second ``up`` on the same folder finds the stack
-running and says so.
+data folder (``<home>/run``, ``<home>/logs``). ``up`` run again on the same folder starts exactly the
+processes that are not running (a pid file names a process while ``read_pid`` says so: the pid
+alive and still the process it was written for) and leaves the running ones alone; it says which
+it started and which were already up.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +33,38 @@ from countersign.kernel.process import (
     stop_group,
     wait_port,
 )
-from countersign.n8n import status as n8n_status
 from countersign.n8n import stop as n8n_stop
-from countersign.sandbox import SandboxPorts, start_sandbox, stop_sandbox
+from countersign.sandbox import SandboxPorts, sandbox_status, start_sandbox, stop_sandbox
 from countersign.storage import Database, stop_embedded
 
-__all__ = ["LOCAL_USER", "StackInfo", "stack_down", "stack_running", "stack_up"]
+from .n8nstack import ensure_n8n, n8n_processes
+
+__all__ = ["LOCAL_USER", "StackInfo", "Tally", "stack_down", "stack_processes", "stack_up"]
 
 #: the browser user ``countersign up`` creates on first start (the login link signs in as it)
 LOCAL_USER = "local"
 
 
+@dataclass
+class Tally:
+    """What ``up`` started and what it found running, by process name (the pid file's stem)."""
+
+    started: list[str] = field(default_factory=list)
+    already_up: list[str] = field(default_factory=list)
+
+    def note(self, name: str, started: bool) -> None:
+        (self.started if started else self.already_up).append(name)
+
+    def lines(self) -> list[str]:
+        return [
+            f"started          {', '.join(self.started) or 'nothing'}",
+            f"already up       {', '.join(self.already_up) or 'nothing'}",
+        ]
+
+
 @dataclass(frozen=True)
 class StackInfo:
-    """Where everything is."""
+    """Where everything is, and what this ``up`` started."""
 
     api: str
     login: str
@@ -55,6 +75,7 @@ class StackInfo:
     logs: Path
     #: the other API processes (``api_replicas`` > 1), same database, Temporal and n8n
     more_apis: tuple[str, ...] = ()
+    tally: Tally = field(default_factory=Tally)
 
     def lines(self) -> list[str]:
         more = [f"more APIs        {', '.join(self.more_apis)}"] if self.more_apis else []
@@ -66,6 +87,7 @@ class StackInfo:
             f"n8n editor       {self.n8n}  ({self.n8n_login})",
             f"sandbox mailbox  {self.mailbox}",
             f"logs             {self.logs}",
+            *self.tally.lines(),
         ]
 
 
@@ -75,24 +97,55 @@ def _run_dir(settings: Settings) -> Path:
     return d
 
 
-def stack_running(settings: Settings, port: int) -> bool:
-    """Is an API started by ``up`` from this data folder running?"""
-    pid = read_pid(_run_dir(settings) / "api.pid")
-    return pid is not None and alive(pid) and port_open(port)
+def _running(pid_file: Path) -> bool:
+    pid = read_pid(pid_file)  # None once the pid names another process (pids are reused)
+    return pid is not None and alive(pid)
+
+
+def _postgres_running(folder: Path) -> bool:
+    """Does the embedded PostgreSQL of ``folder`` run (``postmaster.pid``'s first line)?"""
+    try:
+        pid = int((folder / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return False
+    return alive(pid)
+
+
+def stack_processes(settings: Settings) -> dict[str, bool]:
+    """Each process ``up`` starts with these settings, by name: is it running?"""
+    run, home = _run_dir(settings), settings.home
+    out: dict[str, bool] = {}
+    if settings.database_url is None:
+        out["postgres"] = _postgres_running(home / "pg")
+    out |= {n: _running(f) for n, f in n8n_processes(settings, home / "n8n").items()}
+    if _local_temporal(settings):
+        out["temporal"] = _running(home / "temporal" / "temporal.pid")
+    out["sandbox"] = bool(sandbox_status(home)["running"])
+    out |= {n: _running(run / f"{n}.pid") for n in _names("worker", settings.durable_workers)}
+    out |= {n: _running(run / f"{n}.pid") for n in _names("api", settings.api_replicas)}
+    return out
 
 
 def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> StackInfo:
-    """Start everything not yet running; where everything is."""
+    """Start every process that is not running, leave the running ones alone; where everything
+    is and what was started."""
     run, logs = _run_dir(settings), settings.home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    tally = Tally()
+    if settings.database_url is None:
+        tally.note("postgres", not _postgres_running(settings.home / "pg"))
     db = Database.open(settings)
     say(f"database ok: schema {db.current_revision()}")
     n8n_dir = settings.home / "n8n"
-    _start_n8n(settings, n8n_dir, db.engine.url.render_as_string(hide_password=False), say)
+    url = db.engine.url.render_as_string(hide_password=False)
+    if not all(_running(f) for f in n8n_processes(settings, n8n_dir).values()):
+        say("starting n8n (installs into the cache on first use, ~5 min once) …")
+    ensure_n8n(settings, n8n_dir, database_url=url, note=tally.note)
     mode = f"queue mode, {settings.n8n_workers} workers" if settings.n8n_workers else "one process"
     say(f"n8n ok: http://127.0.0.1:{settings.n8n_port} ({mode})")
-    t = _start_temporal(settings, port)
+    t = _start_temporal(settings, port, tally)
     say(f"temporal ok: {t['address']} (UI {t['ui']})")
+    tally.note("sandbox", not sandbox_status(settings.home)["running"])
     sandbox = start_sandbox(
         settings.home,
         ports=SandboxPorts.any_free() if settings.sandbox_ports == "free" else None,
@@ -105,12 +158,12 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
             {**sandbox.connector_settings(), **settings.connector_settings}
         ),
     }
-    for i in range(settings.durable_workers):
-        _start_worker(run, logs, env, i)
+    for name in _names("worker", settings.durable_workers):
+        tally.note(name, _start_worker(name, run, logs, env))
     say(f"worker ok ({settings.durable_workers})")
     apis = [port + i for i in range(settings.api_replicas)]
-    for i, p in enumerate(apis):
-        _start_api(settings, p, run, logs, env, i)
+    for name, p in zip(_names("api", settings.api_replicas), apis, strict=True):
+        tally.note(name, _start_api(name, p, run, logs, env))
     say(f"api ok: {', '.join(f'http://127.0.0.1:{p}' for p in apis)}")
     from countersign.api import UserStore  # noqa: PLC0415 - `up` only (`down` imports this module)
 
@@ -127,30 +180,25 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
         mailbox=sandbox.mailbox_url,
         logs=logs,
         more_apis=tuple(f"http://127.0.0.1:{p}" for p in apis[1:]),
+        tally=tally,
     )
 
 
-def _start_n8n(
-    settings: Settings, n8n_dir: Path, database_url: str, say: Callable[[str], None]
-) -> None:
-    """n8n, unless it already answers healthy (installed into the cache on first use): one
-    process, or queue mode on ``database_url`` with ``settings.n8n_workers`` workers."""
-    from countersign.n8n.queue import start_configured  # noqa: PLC0415 - `up` only
-
-    if not n8n_status(n8n_dir).get("healthy"):
-        say("starting n8n (installs into the cache on first use, ~5 min once) …")
-        start_configured(settings, n8n_dir, database_url=database_url)
+def _local_temporal(settings: Settings) -> bool:
+    """Does ``up`` run the Temporal dev server (a local address), not a cluster?"""
+    return settings.temporal_address.rpartition(":")[0] in {"127.0.0.1", "localhost"}
 
 
-def _start_temporal(settings: Settings, port: int) -> dict[str, Any]:
+def _start_temporal(settings: Settings, port: int, tally: Tally) -> dict[str, Any]:
     """The Temporal dev server (+ UI) for a local address; a cluster the settings name as is."""
-    host, _, tport = settings.temporal_address.rpartition(":")
-    if host not in {"127.0.0.1", "localhost"}:  # a cluster the settings point at
+    if not _local_temporal(settings):  # a cluster the settings point at
         return {"address": settings.temporal_address, "ui": "(the cluster's own UI)"}
+    tport = int(settings.temporal_address.rpartition(":")[2])
+    tally.note("temporal", not port_open(tport))
     return temporal_start(
         settings.home / "temporal",
-        port=int(tport),
-        ui_port=int(tport) + 1000,
+        port=tport,
+        ui_port=tport + 1000,
         # the UI asks the API to open sealed payloads for the signed-in person
         ui_codec_endpoint=f"http://127.0.0.1:{port}/codec",
     )
@@ -160,37 +208,36 @@ def _start_temporal(settings: Settings, port: int) -> dict[str, Any]:
 _EXE = [sys.executable, "-m", "countersign.cli"]
 
 
-def _name(kind: str, index: int) -> str:
+def _names(kind: str, count: int) -> list[str]:
     """``worker``, ``worker-2``, …: the first of each keeps the name it always had."""
-    return kind if index == 0 else f"{kind}-{index + 1}"
+    return [kind if i == 0 else f"{kind}-{i + 1}" for i in range(count)]
 
 
-def _start_worker(run: Path, logs: Path, env: dict[str, str], index: int = 0) -> None:
-    """Durable worker ``index``, unless its pid file names a live process."""
-    name = _name("worker", index)
-    worker_pid = read_pid(run / f"{name}.pid")
-    if worker_pid is None or not alive(worker_pid):
-        spawn(
-            [*_EXE, "temporal", "worker"],
-            log=logs / f"{name}.log",
-            pid_file=run / f"{name}.pid",
-            env=env,
-        )
+def _start_worker(name: str, run: Path, logs: Path, env: dict[str, str]) -> bool:
+    """Durable worker ``name``, unless its pid file names a live process; True if started."""
+    if _running(run / f"{name}.pid"):
+        return False
+    spawn(
+        [*_EXE, "temporal", "worker"],
+        log=logs / f"{name}.log",
+        pid_file=run / f"{name}.pid",
+        env=env,
+    )
+    return True
 
 
-def _start_api(
-    settings: Settings, port: int, run: Path, logs: Path, env: dict[str, str], index: int = 0
-) -> None:
-    """API process ``index`` on ``port``, unless it runs already; waits until it is healthy."""
-    name = _name("api", index)
-    pid = read_pid(run / f"{name}.pid")
-    if pid is None or not alive(pid) or not port_open(port):
-        log = logs / f"{name}.log"
+def _start_api(name: str, port: int, run: Path, logs: Path, env: dict[str, str]) -> bool:
+    """API process ``name`` on ``port``, unless its pid file names a live process; waits until it
+    is healthy either way (a running one may still be starting); True if started."""
+    log = logs / f"{name}.log"
+    started = not _running(run / f"{name}.pid")
+    if started:
         api = spawn(
             [*_EXE, "api", "--port", str(port)], log=log, pid_file=run / f"{name}.pid", env=env
         )
         wait_port(port, api, name=f"the API ({name})", log=log, timeout_s=60)
-        _wait_healthy(f"http://127.0.0.1:{port}/healthz", log)
+    _wait_healthy(f"http://127.0.0.1:{port}/healthz", log)
+    return started
 
 
 def _wait_healthy(url: str, log: Path, timeout_s: float = 60) -> None:
