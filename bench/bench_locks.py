@@ -167,6 +167,11 @@ def run_case(
         )
         for ks in keysets
     ]
+    return _timed(case, threads, start)
+
+
+def _timed(case: Case, threads: list[threading.Thread], start: threading.Barrier) -> Case:
+    """Run the holders from the barrier on; the case's wall time is theirs."""
     for t in threads:
         t.start()
     start.wait()
@@ -287,15 +292,7 @@ def blocking_case(
                     case.spans.append((t1, t2, t3, ident, t0))
                     case.tries += 1
 
-    threads = [threading.Thread(target=holder) for _ in range(n)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    case.wall_s = time.perf_counter() - t0
-    return case
+    return _timed(case, [threading.Thread(target=holder) for _ in range(n)], start)
 
 
 COLUMNS = [

@@ -85,6 +85,15 @@ def test_a_block_that_raises_releases_its_keys(db: Database) -> None:
     asyncio.run(main())
 
 
+async def _taken(locks: ResourceLocks, key: str, wait_s: float) -> bool:
+    """Whether ``key`` could be held within ``wait_s`` (let go at once)."""
+    try:
+        async with locks.hold([key], wait_s=wait_s):
+            return True
+    except ResourceBusyError:
+        return False
+
+
 def test_a_killed_holder_process_releases_its_lock(db: Database) -> None:
     url = db.engine.url.render_as_string(hide_password=False)
     holder = subprocess.Popen(
@@ -108,18 +117,10 @@ def test_a_killed_holder_process_releases_its_lock(db: Database) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         locks = ResourceLocks(db)
-
-        async def taken(wait_s: float) -> bool:
-            try:
-                async with locks.hold(["calendar:dead"], wait_s=wait_s):
-                    return True
-            except ResourceBusyError:
-                return False
-
-        assert not asyncio.run(taken(0.2)), "the live holder keeps it"
+        assert not asyncio.run(_taken(locks, "calendar:dead", 0.2)), "the live holder keeps it"
         holder.kill()  # SIGKILL: no unlock runs; the server sees the session end
         holder.wait(10)
-        assert asyncio.run(taken(10.0)), "a dead holder's lock is released"
+        assert asyncio.run(_taken(locks, "calendar:dead", 10.0)), "a dead holder's lock is released"
     finally:
         holder.kill()
 
@@ -153,19 +154,11 @@ def test_a_hung_holder_loses_its_lock_after_the_lease_and_cannot_free_the_next_o
         text=True,
     )
     locks = ResourceLocks(db)
-
-    async def taken(wait_s: float) -> bool:
-        try:
-            async with locks.hold(["calendar:hung"], wait_s=wait_s):
-                return True
-        except ResourceBusyError:
-            return False
-
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         holder.send_signal(signal.SIGSTOP)  # hung: alive, connected, silent
         held_at = time.monotonic()
-        assert not asyncio.run(taken(0.2)), "the hung holder keeps it within its lease"
+        assert not asyncio.run(_taken(locks, "calendar:hung", 0.2)), "kept within its lease"
 
         async def after_the_lease() -> None:
             async with locks.hold(["calendar:hung"], wait_s=10):
@@ -181,7 +174,7 @@ def test_a_hung_holder_loses_its_lock_after_the_lease_and_cannot_free_the_next_o
                         pytest.fail("the woken holder let go of the next holder's key")
 
         asyncio.run(after_the_lease())
-        assert asyncio.run(taken(0.2)), "free once its holder left"
+        assert asyncio.run(_taken(locks, "calendar:hung", 0.2)), "free once its holder left"
     finally:
         holder.send_signal(signal.SIGCONT)
         holder.kill()
