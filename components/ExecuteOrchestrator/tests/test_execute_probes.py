@@ -12,6 +12,7 @@ import httpx
 from countersign.execute.probes import default_probes, shop_write
 from countersign.kernel import PlanStep
 from countersign.n8n import free_port
+from countersign.registry import Registry
 from countersign.sandbox import serve_shop
 
 KEY = "01JPLANAAAAAAAAAAAAAAAAAAA:4:abc"
@@ -82,3 +83,19 @@ def test_the_shop_writes_are_registered() -> None:
     probes = default_probes()
     assert probes["shop.sandbox.add_to_cart"] is shop_write
     assert probes["shop.sandbox.purchase"] is shop_write
+
+
+def test_every_write_the_registry_calls_probed_has_a_probe(registry: Registry) -> None:
+    """WorkflowBuilder drops n8n's progress saving for a write the registry calls ``probe``:
+    its settling then relies on a probe, so each one must exist here (and a probe of a write the
+    registry does not call probed, the sandbox's mailbox, is a bonus that changes nothing)."""
+    probes = default_probes()
+    probed = {
+        f"{cid}.{name}"
+        for cid, conn in registry.connectors.items()
+        for name, op in conn.ops.items()
+        if op.probe
+    }
+    assert probed == {"caldav.create_event", "shop.sandbox.add_to_cart", "shop.sandbox.purchase"}
+    assert probed <= set(probes), sorted(probed - set(probes))
+    assert not registry.op("smtp", "send").probe  # a real mail server cannot be read back

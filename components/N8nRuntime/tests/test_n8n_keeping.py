@@ -16,7 +16,7 @@ import pytest
 
 from countersign.kernel import Settings, content_hash
 from countersign.n8n import N8nUnavailableError
-from countersign.n8n.executions import KeyRef
+from countersign.n8n.executions import KeyRef, trigger_body
 from countersign.n8n.keeping import (
     FORGOTTEN,
     PostgresExecutionStore,
@@ -211,3 +211,23 @@ def test_the_store_of_a_data_folder(tmp_path: Path) -> None:
         Settings(n8n_workers=2), tmp_path, database_url="postgresql://cs:pw@db:5432/cs"
     )
     assert isinstance(many, PostgresExecutionStore) and "dbname=n8n" in many.dsn
+
+
+def test_a_redacted_crashed_record_still_carries_its_key() -> None:
+    """A forget redacts a crashed record whose body is only in the stack: the hash of the args
+    as they were is written there first, so the key still finds it (not "another key")."""
+    args = {"attendees": ["alice@example.com", BOB], "title": "Sync"}
+    body = {"plan": {"plan_id": "PLANA", "step": 5}, "args": args, "data": {"n": 3}}
+    placeholder = {"json": {"isArtificialRecoveredEventItem": True}}
+    data = {
+        "resultData": {"runData": {"Trigger": [{"data": {"main": [[placeholder]]}}]}},
+        "executionData": {"nodeExecutionStack": [{"data": {"main": [[{"json": {"body": body}}]]}}]},
+    }
+    pattern = mention_pattern([BOB])
+    assert pattern is not None
+    back = {"data": unflatted(redact_flatted(flatted(data), pattern)), "status": "crashed"}
+    kept = trigger_body(back)
+    assert kept is not None and kept["args"]["attendees"] == ["alice@example.com", FORGOTTEN]
+    assert kept["countersign_redacted"] == {"arg_hash": content_hash(args)}
+    when = datetime.now(UTC)
+    assert KeyRef("PLANA", 5, content_hash(args), when, when).carried_by(back) is True

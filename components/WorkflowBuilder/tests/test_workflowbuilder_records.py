@@ -1,8 +1,10 @@
 """What n8n keeps of a generated workflow's executions (WorkflowBuilder SPEC "What n8n keeps"):
-reads keep nothing, writes keep their whole record for the reconciler, a doubt keeps it."""
+reads keep nothing, writes keep their whole record for the reconciler, a doubt keeps it; node by
+node only for a write whose provider cannot be asked afterwards (the registry's ``probe``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -46,8 +48,10 @@ def test_reads_keep_nothing_and_writes_keep_everything(registry: Registry) -> No
         kinds.add(safety)
         want = KEEP_NONE if safety == "read" else KEEP_ALL
         assert _kept(wf) == [want, want], (s.uses, s.call)
-        # a write is saved node by node: a crash after its op's node still shows the answer
-        assert wf["settings"]["saveExecutionProgress"] is (safety == "write")
+        # a write is saved node by node unless its provider can be asked (a crash after its
+        # op's node still shows the answer of a mail, which nobody can read back)
+        probed = registry.op(s.uses, s.call).probe
+        assert wf["settings"]["saveExecutionProgress"] is (safety == "write" and not probed)
         assert wf["settings"]["saveManualExecutions"] is False
     assert kinds == {"read", "write"}
 
@@ -73,3 +77,25 @@ def test_a_read_that_could_write_keeps_its_record() -> None:
     get = {**post, "parameters": {"method": "GET", "url": "http://127.0.0.1/"}}
     assert _keep(SimpleNamespace(safety="read"), [get]) == KEEP_NONE  # type: ignore[arg-type]
     assert _keep(SimpleNamespace(safety="write"), [get]) == KEEP_ALL  # type: ignore[arg-type]
+
+
+def test_progress_follows_the_registrys_probe(registry: Registry) -> None:
+    """The calendar write (its event readable by UID) saves no progress, the mail does; the
+    registry's ``probe`` decides, and flipping it makes another workflow (its own content key:
+    deploy never reuses one built under the other rule)."""
+    plan = _plan(registry)
+    h = plan_hash(plan)
+    event = next(s for s in plan.graph if s.call == "create_event")
+    mail = next(s for s in plan.graph if s.call == "send")
+    assert registry.op("caldav", "create_event").probe and not registry.op("smtp", "send").probe
+    built = build_step_workflow(plan, h, event.step, registry)
+    assert built.workflow["settings"]["saveExecutionProgress"] is False
+    sent = build_step_workflow(plan, h, mail.step, registry, credentials=CREDS).workflow
+    assert sent["settings"]["saveExecutionProgress"] is True
+    caldav = registry.connectors["caldav"]
+    op = caldav.ops["create_event"].model_copy(update={"probe": False})
+    unprobed = caldav.model_copy(update={"ops": {**caldav.ops, "create_event": op}})
+    other = replace(registry, connectors={**registry.connectors, "caldav": unprobed})
+    again = build_step_workflow(plan, h, event.step, other)
+    assert again.workflow["settings"]["saveExecutionProgress"] is True
+    assert again.path != built.path

@@ -27,6 +27,14 @@ between n8n's clock and the ledger's. Reads save no execution (WorkflowBuilder S
 keeps"), so their ids are gaps too: ``absent`` is proven only while no read ran between the
 witnesses; otherwise the answer is ``unknown`` and the reconciler asks the provider.
 
+A write whose provider can be asked saves no progress (WorkflowBuilder SPEC "What n8n keeps"):
+n8n writes its record when it creates the execution — the webhook's body in
+``executionData.nodeExecutionStack`` — and again at its end. An n8n killed between leaves, after
+its restart's recovery, a ``crashed`` record whose ``runData`` was rebuilt from n8n's event log
+with placeholder items: the key is found by the stored body (``trigger_body``) and the op's node
+reads ``unknown`` (never ``failed``), for the provider to settle. No record at all means the
+request never reached n8n's execution (n8n creates it before any node runs).
+
 A record a forget redacted (``keeping``) still carries its key: the hash of the args as they were
 is kept in the trigger body (``countersign_redacted.arg_hash``).
 """
@@ -48,12 +56,16 @@ __all__ = [
     "RecordScan",
     "find_execution",
     "read_node",
+    "trigger_body",
 ]
 
 #: the step workflow's trigger node (WorkflowBuilder names it)
 _TRIGGER = "Trigger"
 #: statuses whose record holds the whole run (a crash or a cancel may lose what a node did)
 _ENDED_WHOLE = frozenset({"success", "error"})
+#: the item n8n's crash recovery puts in a node's run when its event log says the node finished
+#: but the execution's record never got the node's output (n8n 2.41.1 ``ARTIFICIAL_TASK_DATA``)
+_RECOVERED = "isArtificialRecoveredEventItem"
 
 
 class ExecutionSource(Protocol):
@@ -113,7 +125,7 @@ class KeyRef:
     def carried_by(self, execution: Mapping[str, Any]) -> bool | None:
         """Whether the execution's trigger body is this key's request; ``None`` when the record
         holds no readable trigger body (not saved, too large, redacted, still running)."""
-        body = _trigger_body(execution)
+        body = trigger_body(execution)
         if body is None:
             return None
         plan = body.get("plan")
@@ -161,7 +173,9 @@ def read_node(execution: Mapping[str, Any], node_name: str) -> NodeReading:
     item = _first_item(runs[0])
     if item is None:
         return NodeReading("unknown", f"{node_name} recorded no output")
-    body = _trigger_body(execution) or {}
+    if _recovered(item):
+        return NodeReading("unknown", f"{node_name} finished before n8n died; its answer is lost")
+    body = trigger_body(execution) or {}
     args = body.get("args")
     return NodeReading("answered", "", item, args if isinstance(args, dict) else {})
 
@@ -406,8 +420,30 @@ def _arg_hash(body: Mapping[str, Any], args: dict[str, Any]) -> str | None:
     return kept if isinstance(kept, str) else None
 
 
-def _trigger_body(execution: Mapping[str, Any]) -> dict[str, Any] | None:
+def trigger_body(execution: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The webhook's body: the Trigger node's recorded output, else the input n8n stored with
+    the execution when it created it (``executionData.nodeExecutionStack``: the Trigger's item,
+    or the next node's input, which is that item passed on). A write workflow without
+    ``saveExecutionProgress`` that n8n was killed in holds only the latter: n8n's recovery
+    rebuilds ``runData`` from its event log with a placeholder item, not the body."""
     runs = (_result_data(execution).get("runData") or {}).get(_TRIGGER)
     item = _first_item(runs[0]) if isinstance(runs, list) and runs else None
     body = item.get("body") if item else None
-    return body if isinstance(body, dict) else None
+    return body if isinstance(body, dict) else _stacked_body(execution)
+
+
+def _stacked_body(execution: Mapping[str, Any]) -> dict[str, Any] | None:
+    data = execution.get("data")
+    stored = data.get("executionData") if isinstance(data, dict) else None
+    stack = stored.get("nodeExecutionStack") if isinstance(stored, dict) else None
+    for entry in stack if isinstance(stack, list) else []:
+        item = _first_item(entry) if isinstance(entry, dict) else None
+        body = item.get("body") if item else None
+        if isinstance(body, dict):
+            return body
+    return None
+
+
+def _recovered(item: Mapping[str, Any]) -> bool:
+    """n8n's recovery placeholder: the node finished by n8n's event log, its output not kept."""
+    return item.get(_RECOVERED) is True

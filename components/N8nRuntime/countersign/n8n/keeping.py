@@ -40,6 +40,7 @@ from psycopg.conninfo import make_conninfo
 from countersign.kernel import Settings, ascii_digits, content_hash
 
 from .errors import N8nApiError, N8nUnavailableError
+from .executions import trigger_body as _trigger_body
 from .queue import N8nDatabase
 
 __all__ = [
@@ -64,7 +65,12 @@ FORGOTTEN = "[forgotten]"
 #: the trigger-body field a redaction writes: ``{"arg_hash": <the key's last part>}``
 REDACTED = "countersign_redacted"
 _TRIGGER = "Trigger"
-_BODY_PATH = ("resultData", "runData", _TRIGGER, 0, "data", "main", 0, 0, "json", "body")
+#: where a record holds the trigger body: the Trigger's output, and the input n8n stored when it
+#: created the execution (all a write without progress saving holds after a crash; executions)
+_BODY_PATHS = (
+    ("resultData", "runData", _TRIGGER, 0, "data", "main", 0, 0, "json", "body"),
+    ("executionData", "nodeExecutionStack", 0, "data", "main", 0, 0, "json", "body"),
+)
 _MAX_DEPTH = 256
 
 
@@ -93,17 +99,6 @@ def mention_pattern(needles: Iterable[str]) -> re.Pattern[str] | None:
         return None
     alt = "|".join(re.escape(n) for n in words)
     return re.compile(r"(?<![A-Za-z0-9_])(?:" + alt + r")(?![A-Za-z0-9_])", re.IGNORECASE)
-
-
-def _trigger_body(execution: Mapping[str, Any]) -> dict[str, Any] | None:
-    data = execution.get("data")
-    result = data.get("resultData") if isinstance(data, dict) else None
-    runs = (result.get("runData") or {}).get(_TRIGGER) if isinstance(result, dict) else None
-    try:
-        body = runs[0]["data"]["main"][0][0]["json"]["body"]  # type: ignore[index]
-    except (KeyError, IndexError, TypeError):
-        return None
-    return body if isinstance(body, dict) else None
 
 
 def owner_plan(execution: Mapping[str, Any]) -> str | None:
@@ -271,15 +266,16 @@ def _decode(entries: list[Any], value: Any, depth: int = 0) -> Any:
 
 
 def _mark_arg_hash(entries: list[Any]) -> None:
-    body = _follow(entries, _BODY_PATH)
-    if not isinstance(body, dict) or REDACTED in body or "args" not in body:
-        return
-    args = _decode(entries, body["args"])
-    if not isinstance(args, dict):
-        return
-    entries.append(content_hash(args))
-    entries.append({"arg_hash": str(len(entries) - 1)})
-    body[REDACTED] = str(len(entries) - 1)
+    for path in _BODY_PATHS:
+        body = _follow(entries, path)
+        if not isinstance(body, dict) or REDACTED in body or "args" not in body:
+            continue
+        args = _decode(entries, body["args"])
+        if not isinstance(args, dict):
+            continue
+        entries.append(content_hash(args))
+        entries.append({"arg_hash": str(len(entries) - 1)})
+        body[REDACTED] = str(len(entries) - 1)
 
 
 def _redact_keys(obj: dict[str, Any], pattern: re.Pattern[str]) -> dict[str, Any]:

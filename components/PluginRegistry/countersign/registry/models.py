@@ -209,6 +209,11 @@ class Operation(Contract):
     idempotency: Idempotency | None = None
     compensation: Compensation | None = None
     lock: str | None = None
+    #: a write its provider can be asked about afterwards — by its natural key or its
+    #: idempotency key, a read, never a re-send (ExecuteOrchestrator's probes) — in every
+    #: deployment, not only the sandbox; its workflow then saves no progress in n8n
+    #: (WorkflowBuilder SPEC "What n8n keeps")
+    probe: bool = False
     #: a spending limit checked before the gate is approved and before the write runs
     budget: Budget | None = None
     #: what a read's output offers the person at the gate after it (the valid choices)
@@ -239,6 +244,8 @@ class Operation(Contract):
             raise ValueError("only write ops have a compensation")
         if self.gate and self.safety != "read":
             raise ValueError("a gate op is not itself a write")
+        if self.probe and self.safety != "write":
+            raise ValueError("only a write op is probed")
 
     def _check_declared_reads(self) -> None:
         """Params, budget, offers and lock read only declared args (and only a write has a

@@ -167,23 +167,27 @@ def _trigger(
 #: to-save-settings.js``): a read keeps nothing — its execution is deleted when it ends, so the
 #: calendars and mailboxes it read (other people's event titles among them) never rest in n8n;
 #: a write keeps its whole record, success or error, because the reconciler reads it by the
-#: idempotency key until the write is settled (then N8nRuntime's ``prune_settled`` deletes it),
-#: node by node (``saveExecutionProgress``)
+#: idempotency key until the write is settled (then N8nRuntime's ``prune_settled`` deletes it);
+#: node by node (``saveExecutionProgress``) only when its provider cannot be asked afterwards
+#: (the registry's ``probe``): n8n stores the webhook's body when it creates the execution, so a
+#: killed n8n's record still carries the key, and a probed write's provider settles what the
+#: record cannot (ExecuteOrchestrator SPEC 10); the mail, unprobed, keeps progress so an n8n
+#: killed after its node answered still holds that answer
 KEEP_NONE: Final = "none"
 KEEP_ALL: Final = "all"
 #: names the rule above in every workflow's content key (change it with the rule)
-_RECORDS: Final = "reads-none/writes-all+progress"
+_RECORDS: Final = "reads-none/writes-all/progress-unless-probed"
 
 
-def _settings(keep: str) -> dict[str, Any]:
+def _settings(keep: str, *, progress: bool = False) -> dict[str, Any]:
     return {
         "executionOrder": "v1",
         "saveDataSuccessExecution": keep,
         "saveDataErrorExecution": keep,
         "saveManualExecutions": False,
-        # a write's record is saved after each node too, so an n8n killed after the op's node
-        # answered still holds that answer for the reconciler (crashed, with the node's run)
-        "saveExecutionProgress": keep == KEEP_ALL,
+        # saved after each node too (before the op's node sends: ~40 % of n8n's part of a write,
+        # BENCHMARKS §2), only for a record that must hold the node's answer itself (above)
+        "saveExecutionProgress": keep == KEEP_ALL and progress,
         "callerPolicy": "workflowsFromSameOwner",
     }
 
@@ -248,6 +252,7 @@ def build_workflow_for_step(
     nodes = [_trigger(key, "op", path, creds), node]
     chain = [TRIGGER, node_name]
     bound = resolve_step(s, registry)
+    op = registry.op(s.uses, s.call)
     names = _file_names(bound)
     if names:  # Trigger → Files → op node: the files reach the op as binary properties
         nodes.insert(1, _files_node(key, names))
@@ -258,7 +263,7 @@ def build_workflow_for_step(
         "connections": {
             a: {"main": [[{"node": b, "type": "main", "index": 0}]]} for a, b in pairwise(chain)
         },
-        "settings": _settings(_keep(bound, nodes, declared_query(registry.op(s.uses, s.call)))),
+        "settings": _settings(_keep(bound, nodes, declared_query(op)), progress=not op.probe),
     }
     return StepWorkflow(step=s.step, path=path, workflow=workflow)
 
@@ -336,6 +341,8 @@ def _op_node(
     # what n8n keeps is part of the content too: a workflow deployed under the old settings
     # (reads saved) is never reused — deploy keeps an existing workflow of the same name
     content["records"] = _RECORDS
+    if registry.op(s.uses, s.call).probe:  # the op's records follow it (no progress saved)
+        content["probe"] = True
     names = _file_names(bound)
     if names:  # the Files node is part of the workflow: a change to it is a new workflow
         content["files"] = _files_node("", names)["parameters"]
