@@ -39,6 +39,16 @@ _TRY_ALL = text(
     """
 )
 
+#: the lock connection holds no other session lock (it is taken for one ``hold`` and handed back
+#: after this), so ``pg_advisory_unlock_all`` lets go of exactly the holder's keys; ``reset_val``
+#: is what ``RESET idle_session_timeout`` would restore
+_LET_GO = text(
+    """
+    SELECT pg_advisory_unlock_all(), set_config('idle_session_timeout', reset_val, false)
+    FROM pg_settings WHERE name = 'idle_session_timeout'
+    """
+)
+
 
 @dataclass
 class ResourceLocks:
@@ -73,14 +83,13 @@ class ResourceLocks:
                 await self._take(conn, wanted, wait_s)
             except SQLAlchemyError as e:  # the database went away between connect and take
                 raise StorageError(f"cannot take the locks {wanted}: {e}") from e
-            try:
-                yield conn
-            finally:
-                self._release(conn, wanted)
+            yield conn
         finally:
-            # the connection goes back to the pool: it must not keep the lease's timeout
+            # one statement lets every key go and puts the lease's timeout back to the session's
+            # default: the connection goes back to the pool and must keep neither (a lost
+            # session released them already)
             with contextlib.suppress(SQLAlchemyError):
-                conn.execute(text("RESET idle_session_timeout"))
+                conn.execute(_LET_GO)
             conn.close()
 
     def _connect(self) -> Connection:
