@@ -5,6 +5,8 @@ holds no person's data in clear (while a client with the codec reads it back).""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import re
 import stat
@@ -18,6 +20,7 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import WorkflowSerializationContext
 
 from countersign.approvals import Approvals, token_hash
 from countersign.durable import (
@@ -42,6 +45,7 @@ from countersign.durable.codec import (
     META_WORKFLOW,
     opaque_user_of,
     payload_owner,
+    payload_workflow,
 )
 from countersign.durable.testing import (  # noqa: F401  (fixture)
     sandbox_fixture,
@@ -148,6 +152,37 @@ def test_the_opaque_user_id_is_keyed_stable_and_survives_rotation(tmp_path: Path
     rotate_payload_key(folder)
     assert payload_codec(folder).opaque_user(ALICE) == alice  # rotation keeps it
     assert opaque_user_of(first, ALICE) == alice and opaque_user_of(None, ALICE) is None
+
+
+def test_the_opaque_id_is_hmac_under_the_derived_user_key(tmp_path: Path) -> None:
+    """The user key is derived once per ring (cached) and the id is still HMAC-SHA256(user key,
+    address) with user key = HMAC-SHA256(the first payload key, label), as the UI's ids were."""
+    folder = tmp_path / "keys"
+    codec = payload_codec(folder)
+    rotate_payload_key(folder)
+    ring = PayloadKeys.load(folder)
+    first = ring.keys["p1"]
+    user_key = hmac.new(first, b"countersign-opaque-user-v1", hashlib.sha256).digest()
+    for who in (ALICE, "bob@example.com"):
+        mac = hmac.new(user_key, who.encode(), hashlib.sha256).hexdigest()
+        assert ring.opaque_user(who) == codec.opaque_user(who) == "u-" + mac[:24]
+
+
+def test_a_run_labelled_codec_shares_the_ciphers_and_keeps_the_label(
+    codec: EncryptionCodec,
+) -> None:
+    """``with_context`` (called by the SDK for every payload it converts) returns a codec that
+    seals with the run's label, built without new ciphers; the unlabelled one stays unlabelled,
+    and each opens what the other sealed."""
+    run = WorkflowSerializationContext(namespace="default", workflow_id="watch-p1")
+    labelled = codec.with_context(run)
+    assert labelled is not codec and labelled.with_context(run) is labelled
+    assert labelled._ciphers is codec._ciphers
+    doc = _json({"user_id": ALICE, "n": 1})
+    sealed, plain = labelled.seal(doc), codec.seal(doc)
+    assert payload_workflow(sealed) == "watch-p1" and payload_workflow(plain) is None
+    assert codec.unseal(sealed) == doc and labelled.unseal(plain) == doc
+    assert payload_owner(sealed) == codec.opaque_user(ALICE)
 
 
 def test_key_file_is_private_reused_and_rotates(tmp_path: Path) -> None:

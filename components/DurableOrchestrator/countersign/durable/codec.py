@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import hashlib
 import hmac
 import os
@@ -43,6 +44,7 @@ import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import ClassVar, Self
 
@@ -153,10 +155,14 @@ class PayloadKeys:
         label)."""
         if user_id == ANY_USER:
             return user_id
-        first = self.keys[min(self.keys, key=lambda k: int(k[1:]))]
-        user_key = hmac.new(first, _USER_KEY_LABEL, hashlib.sha256).digest()
-        mac = hmac.new(user_key, user_id.encode("utf-8"), hashlib.sha256).hexdigest()
+        mac = hmac.new(self._user_key, user_id.encode("utf-8"), hashlib.sha256).hexdigest()
         return OPAQUE_USER_PREFIX + mac[:_OPAQUE_HEX]
+
+    @cached_property
+    def _user_key(self) -> bytes:
+        """HMAC-SHA256(first payload key, label): derived once per ring, not per payload."""
+        first = self.keys[min(self.keys, key=lambda k: int(k[1:]))]
+        return hmac.new(first, _USER_KEY_LABEL, hashlib.sha256).digest()
 
 
 def rotate_payload_key(folder: Path) -> str:
@@ -215,7 +221,11 @@ class EncryptionCodec(PayloadCodec, WithSerializationContext):
             wid = context.workflow_id
         if wid == self._workflow_id:
             return self
-        return type(self)(self._keys, workflow_id=wid)
+        # the SDK asks for a context for every payload it converts: a shallow copy shares the
+        # ring's ciphers (an AESGCM per key) instead of building them again each time
+        labelled = copy.copy(self)
+        labelled._workflow_id = wid
+        return labelled
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         """Seal every payload (already sealed ones are kept as they are)."""
