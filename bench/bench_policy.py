@@ -40,7 +40,7 @@ from countersign.kernel.rules import RuleFacts, person_facts
 from countersign.kernel.settings import source_registry_dir
 from countersign.planner import make_plan
 from countersign.planner.core import _with_reasons
-from countersign.planner.facts import plan_facts
+from countersign.planner.facts import contact_evidence, plan_facts
 from countersign.planner.testing import make_intent
 from countersign.registry import Registry, load_registry
 
@@ -102,16 +102,7 @@ def _plans(registry: Registry) -> dict[str, tuple[Plan, list[Evidence], dict[str
     for name, (intent_name, entities, choices) in cases.items():
         base = make_intent(intent_name)
         intent = make_intent(intent_name, user_id=ME, entities={**base.entities, **entities})
-        evidence = [
-            Evidence(
-                type="contact",
-                key=f"c{i}",
-                value={"email": mail},
-                confidence=0.8,
-                source_ref=f"contact:{i}",
-            )
-            for i, mail in enumerate(CONTACTS[:6])
-        ]
+        evidence = contact_evidence(CONTACTS[:6])
         plan = make_plan(intent, evidence, registry, POLICY)
         if not isinstance(plan, Plan):
             raise SystemExit(f"{name}: no plan ({plan})")

@@ -16,19 +16,10 @@ import pytest
 from sqlalchemy import text
 
 from countersign.api.testing import ALICE, BOB, ApiHarness, meeting_body
-from countersign.kernel import DEFAULT_RULES, GateRule, Policy
+from countersign.kernel import DEFAULT_RULES, Policy
+from countersign.kernel.rules import MAIL_OUTSIDE_CONTACTS
 
 pytestmark = pytest.mark.slow
-
-OUTSIDE = GateRule.model_validate(
-    {
-        "id": "mail-outside-contacts",
-        "op": "*.send",
-        "where": {"to": {"not_in_set": ["contacts", "self"]}},
-        "then": "gate",
-        "because": "a recipient is not in your contacts",
-    }
-)
 
 
 def _approved(c: httpx.Client, title: str, day: int) -> tuple[str, str, list[str]]:
@@ -53,7 +44,8 @@ def _execute(c: httpx.Client, plan_id: str, token: str) -> Any:
 
 def test_a_contact_removed_after_approval_refuses_the_mail(api: ApiHarness) -> None:
     policy = Policy(
-        providers=api.services.planning.policy.providers, rules=(*DEFAULT_RULES, OUTSIDE)
+        providers=api.services.planning.policy.providers,
+        rules=(*DEFAULT_RULES, MAIL_OUTSIDE_CONTACTS),
     )
     runtime, planning = api.services.runtime, api.services.planning
     before_exec, before_policy = runtime.executor, planning.policy

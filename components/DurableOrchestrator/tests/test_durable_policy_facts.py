@@ -15,8 +15,10 @@ from sqlalchemy import text
 from temporalio.exceptions import ApplicationError
 
 from countersign.durable import DurableActivities
-from countersign.kernel import DEFAULT_RULES, Evidence, GateRule, Plan, Policy
+from countersign.kernel import DEFAULT_RULES, Plan, Policy
+from countersign.kernel.rules import MAIL_OUTSIDE_CONTACTS
 from countersign.planner import make_plan
+from countersign.planner.facts import contact_evidence
 from countersign.planner.testing import make_intent
 from countersign.registry import Registry
 from countersign.signer import KeyRing
@@ -24,16 +26,7 @@ from countersign.steps.policy import contacts_source
 from countersign.storage import Database
 
 ME, DAVE = "alice@example.com", "dave@example.org"
-OUTSIDE = GateRule.model_validate(
-    {
-        "id": "mail-outside",
-        "op": "*.send",
-        "where": {"to": {"not_in_set": ["contacts", "self"]}},
-        "then": "gate",
-        "because": "a recipient is not in your contacts",
-    }
-)
-POLICY = Policy(rules=(*DEFAULT_RULES, OUTSIDE))
+POLICY = Policy(rules=(*DEFAULT_RULES, MAIL_OUTSIDE_CONTACTS))
 
 
 def test_a_durable_notice_to_a_removed_contact_is_refused(
@@ -43,10 +36,7 @@ def test_a_durable_notice_to_a_removed_contact_is_refused(
     intent = make_intent(
         "watch_visa_slots", user_id=ME, entities={**base.entities, "notify_to": DAVE}
     )
-    dave = Evidence(
-        type="contact", key="Dave", value={"email": DAVE}, confidence=0.8, source_ref="contact:9"
-    )
-    plan = make_plan(intent, [dave], registry, POLICY)
+    plan = make_plan(intent, contact_evidence([DAVE]), registry, POLICY)
     assert isinstance(plan, Plan)
     notice = next(s for s in plan.graph if s.call == "send")
     book: dict[str, list[tuple[str, str]]] = {ME: [("Dave", DAVE)]}
@@ -68,7 +58,7 @@ def test_a_durable_notice_to_a_removed_contact_is_refused(
     with pytest.raises(ApplicationError) as refused:
         acts._policy_allows(plan, notice, args, ME)
     assert refused.value.type == "policy_refused" and refused.value.non_retryable
-    assert "mail-outside" in str(refused.value)
+    assert "mail-outside-contacts" in str(refused.value)
     with db.tx() as c:
         n = c.execute(
             text("SELECT count(*) FROM audit_log WHERE plan_id = :p AND reason = 'policy_refused'"),

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from countersign.kernel import DEFAULT_RULES, ArgTest, GateRule, Policy, rule_hits
-from countersign.kernel.rules import RuleFacts, person_facts, set_names
+from countersign.kernel.rules import (
+    MAIL_OUTSIDE_CONTACTS,
+    OTHERS_CALENDAR,
+    RuleFacts,
+    person_facts,
+    set_names,
+)
 
 FACTS = RuleFacts.of(
     {"contacts": ["Bob@Example.com", "carol@example.com"], "self": ["alice@example.com"]}
@@ -133,3 +139,16 @@ def test_set_tests_are_total_and_exact_negations(value: Any) -> None:
     assert outside is (None if inside is None else not inside)
     # no facts given: every set test is unknown, whatever the value
     assert ArgTest.model_validate({"in_set": "contacts"}).check(value) is None
+
+
+def test_the_rule_forms_over_facts() -> None:
+    facts = person_facts("alice@example.com", ["bob@example.com"])
+    mail, cal = [MAIL_OUTSIDE_CONTACTS], [OTHERS_CALENDAR]
+    assert (
+        rule_hits(mail, "gmail.send", {"to": ["alice@example.com", "bob@example.com"]}, facts) == []
+    )
+    (hit,) = rule_hits(mail, "gmail.send", {"to": ["bob@example.com", "eve@x.org"]}, facts)
+    assert hit.sure and hit.because == "a recipient is not in your contacts"
+    assert rule_hits(cal, "caldav.create_event", {"user": "Alice@example.com"}, facts) == []
+    (hit,) = rule_hits(cal, "caldav.create_event", {"user": "bob@example.com"}, facts)
+    assert hit.rule == "others-calendar" and hit.sure

@@ -17,7 +17,6 @@ import pytest
 
 from countersign.kernel import (
     DEFAULT_RULES,
-    Evidence,
     GateRule,
     Plan,
     PlanningError,
@@ -25,6 +24,7 @@ from countersign.kernel import (
 )
 from countersign.kernel.rules import person_facts
 from countersign.planner import make_plan
+from countersign.planner.facts import contact_evidence
 from countersign.planner.testing import make_intent
 from countersign.registry import Registry
 from countersign.steps import policy_refusal
@@ -221,23 +221,10 @@ def _policy(row: Row) -> Policy:
     return Policy(rules=(*(DEFAULT_RULES if row.defaults else ()), *rules))
 
 
-def _evidence(contacts: tuple[str, ...]) -> list[Evidence]:
-    return [
-        Evidence(
-            type="contact",
-            key=f"contact {i}",
-            value={"email": mail},
-            confidence=0.8,
-            source_ref=f"contact:{i}",
-        )
-        for i, mail in enumerate(contacts)
-    ]
-
-
 def _made(registry: Registry, row: Row) -> Plan:
     base = make_intent(row.intent)
     intent = make_intent(row.intent, user_id=ME, entities={**base.entities, **row.entities})
-    out = make_plan(intent, _evidence(row.contacts), registry, _policy(row))
+    out = make_plan(intent, contact_evidence(row.contacts), registry, _policy(row))
     assert isinstance(out, Plan), out
     return out
 

@@ -10,25 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from countersign.kernel import DEFAULT_RULES, Evidence, GateRule, Plan, Policy
-from countersign.kernel.rules import RuleFacts
+from countersign.kernel import DEFAULT_RULES, GateRule, Plan, Policy
+from countersign.kernel.rules import MAIL_OUTSIDE_CONTACTS, RuleFacts
 from countersign.planner import make_plan
+from countersign.planner.facts import contact_evidence
 from countersign.planner.testing import make_intent
 from countersign.registry import Registry
 from countersign.steps import policy_refusal
 from countersign.steps.policy import FactsSource, contacts_source, write_facts
 
 ME, BOB = "alice@example.com", "bob@example.com"
-OUTSIDE = GateRule.model_validate(
-    {
-        "id": "mail-outside",
-        "op": "*.send",
-        "where": {"to": {"not_in_set": ["contacts", "self"]}},
-        "then": "gate",
-        "because": "a recipient is not in your contacts",
-    }
-)
-POLICY = Policy(rules=(*DEFAULT_RULES, OUTSIDE))
+POLICY = Policy(rules=(*DEFAULT_RULES, MAIL_OUTSIDE_CONTACTS))
 
 
 def _book(book: dict[str, list[tuple[str, str]]], reads: list[str]) -> FactsSource:
@@ -66,10 +58,7 @@ def test_the_source_is_read_only_when_a_rule_needs_it() -> None:
 def _meeting(registry: Registry) -> Plan:
     base = make_intent("schedule_meeting")
     intent = make_intent("schedule_meeting", user_id=ME, entities=dict(base.entities))
-    bob = Evidence(
-        type="contact", key="Bob", value={"email": BOB}, confidence=0.8, source_ref="contact:1"
-    )
-    plan = make_plan(intent, [bob], registry, POLICY)
+    plan = make_plan(intent, contact_evidence([BOB]), registry, POLICY)
     assert isinstance(plan, Plan)
     return plan
 
@@ -78,7 +67,7 @@ def test_the_write_check_reads_the_contacts_as_they_are_now(registry: Registry) 
     plan = _meeting(registry)
     (gate,) = [s for s in plan.graph if s.gate_id]
     because: Any = gate.args["because"]
-    assert "mail-outside" not in {b["rule"] for b in because}
+    assert "mail-outside-contacts" not in {b["rule"] for b in because}
     to_bob = next(s for s in plan.graph if s.call == "send" and s.args["to"] == BOB)
     reads: list[str] = []
     book = {ME: [("Bob", BOB)]}
@@ -89,7 +78,7 @@ def test_the_write_check_reads_the_contacts_as_they_are_now(registry: Registry) 
     )
     book[ME] = []  # Bob removed after the approval
     why = policy_refusal(plan, to_bob, to_bob.args, POLICY, facts=write_facts(POLICY, ME, source))
-    assert why is not None and "mail-outside" in why and f"step {to_bob.step}" in why
+    assert why is not None and "mail-outside-contacts" in why and f"step {to_bob.step}" in why
     # contacts that cannot be read: unknown, and the plan's gate does not name the rule
     assert policy_refusal(plan, to_bob, to_bob.args, POLICY, facts=write_facts(POLICY, ME, None))
     # the mail to oneself never needed the contacts

@@ -52,6 +52,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 __all__ = [
     "DEFAULT_ON_FAILURE",
     "FAILURE_CLASSES",
+    "MAIL_OUTSIDE_CONTACTS",
+    "OTHERS_CALENDAR",
     "ArgTest",
     "FailureAction",
     "FailureActions",
@@ -275,6 +277,31 @@ def rule_hits(
         if m is not False:
             out.append(RuleHit(r.id, r.then, r.because, m is True))
     return out
+
+
+#: a rule form over the person's facts, ready for a policy's ``rules`` (GLOBAL_SPEC §9): a mail to
+#: anyone outside the contacts (and not to oneself) needs the gate to say so. Not a default rule
+#: (it would add a reason to the use cases' gates)
+MAIL_OUTSIDE_CONTACTS = GateRule.model_validate(
+    {
+        "id": "mail-outside-contacts",
+        "op": "*.send",
+        "where": {"to": {"not_in_set": ["contacts", "self"]}},
+        "then": "gate",
+        "because": "a recipient is not in your contacts",
+    }
+)
+#: the same for a write in a calendar that is not the person's own (its owner's consent, a second
+#: approver, is not asked: the gate is the person's)
+OTHERS_CALENDAR = GateRule.model_validate(
+    {
+        "id": "others-calendar",
+        "op": "*.create_event",
+        "where": {"user": {"not_in_set": "self"}},
+        "then": "gate",
+        "because": "it writes in someone else's calendar",
+    }
+)
 
 
 def set_names(rules: Sequence[GateRule]) -> frozenset[str]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from countersign.kernel import Evidence, Intent
 from countersign.kernel.rules import RuleFacts, person_facts
 
-__all__ = ["plan_facts"]
+__all__ = ["contact_evidence", "plan_facts"]
 
 
 def plan_facts(intent: Intent, evidence: Sequence[Evidence]) -> RuleFacts:
@@ -27,3 +27,18 @@ def plan_facts(intent: Intent, evidence: Sequence[Evidence]) -> RuleFacts:
         and isinstance(e.value.get("email"), str)
     ]
     return person_facts(intent.user_id, [str(m) for m in mails])
+
+
+def contact_evidence(mails: Sequence[str]) -> list[Evidence]:
+    """``contact`` evidence for these addresses, as ContextRAG gives it for contacts the intent
+    names (tests and benches that plan with a person's contacts)."""
+    return [
+        Evidence(
+            type="contact",
+            key=f"contact {i}",
+            value={"email": mail},
+            confidence=0.8,
+            source_ref=f"contact:{i}",
+        )
+        for i, mail in enumerate(mails)
+    ]
