@@ -246,3 +246,15 @@ def test_exemplars_come_from_the_source_from_tier_3(db: Database) -> None:
     assert [(e.type, e.source_ref) for e in got] == [("exemplar", f"plan:{PID}")]
     assert got[0].why == "A schedule meeting plan like this one ran yesterday and succeeded."
     assert m.evidence(_intent(3), exclude={f"plan:{PID}"}) == []
+
+
+def test_every_contact_when_asked_not_the_newest_500(db: Database) -> None:
+    """The gate rules' ``contacts`` set (read with ``limit=None`` by the API and the worker) holds
+    a person's oldest contacts too: the chat's default window is the newest 500."""
+    store = _store(db)
+    people = [{"name": f"P{i}", "email": f"p{i}@example.com"} for i in range(501)]
+    for i in range(0, len(people), 100):  # a write holds at most 100
+        store.add("dora", {"contacts": people[i : i + 100]})
+    assert len(store.contacts("dora")) == 500
+    every = {mail for _, mail in store.contacts("dora", limit=None)}
+    assert every == {p["email"] for p in people}

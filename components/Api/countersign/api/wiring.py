@@ -8,6 +8,7 @@ API runs (step runtime, Temporal client, registry, n8n credentials) are held by 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -176,8 +177,8 @@ def _base(
         clock=clock,
         plan_writer=writer,
         policy=policy,
-        # the gate rules' set tests read the person's contacts as they are at the write
-        facts=contacts_source(memory.contacts),
+        # the gate rules' set tests read every contact of the person as they are at the write
+        facts=contacts_source(functools.partial(memory.contacts, limit=None)),
     )
     intake = Intake(registry, threshold=policy.intake_threshold)
     return _Base(

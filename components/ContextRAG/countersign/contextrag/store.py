@@ -307,10 +307,11 @@ class MemoryStore:
                 self._insert_contact(c, user_id, cid, k, now)
         return {"facts": facts, "contacts": contacts}
 
-    def contacts(self, user_id: str, *, limit: int = _CONTACTS) -> list[tuple[str, str]]:
+    def contacts(self, user_id: str, *, limit: int | None = _CONTACTS) -> list[tuple[str, str]]:
         """``(name, e-mail)`` of the person's contacts that have an e-mail, newest first, at most
-        ``limit`` (chat text may name them; Api SPEC, chat text). One statement on the
-        ``contacts_user`` index, per message (on the read pool when given)."""
+        ``limit`` (chat text may name them; Api SPEC, chat text); ``None``: every one (what the
+        gate rules' ``contacts`` set must hold: an older contact cut off would read as outside).
+        One statement on the ``contacts_user`` index, per message (on the read pool when given)."""
         params = {"u": user_id, "n": limit}
         if self.reads is not None:
             row = self.reads.one(_CONTACT_ROWS, params)

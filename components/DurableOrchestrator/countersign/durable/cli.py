@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from pathlib import Path
 
@@ -127,8 +128,10 @@ def worker_cmd() -> None:
         settings=settings.connector_settings,
         plan_writer=PlanWriter.for_settings(db, settings, clock=lambda: datetime.now(UTC)),
         policy=worker_policy(settings.policy_file),
-        # the gate rules' set tests read the person's contacts as they are at the write
-        facts=contacts_source(MemoryStore(db, clock=system_clock).contacts),
+        # the gate rules' set tests read every contact of the person as they are at the write
+        facts=contacts_source(
+            functools.partial(MemoryStore(db, clock=system_clock).contacts, limit=None)
+        ),
     )
 
     async def run() -> None:
