@@ -9,15 +9,17 @@ workflow is the one WorkflowBuilder builds for the meeting's ``caldav.create_eve
 Settings measured, one at a time against the served configuration (SQLite with a pool of 2, task
 runners on, expression engine ``vm`` — the isolated one, kept):
 - per workflow (one n8n, copies of the workflow under other names and paths): what a write
-  keeps — ``all`` + ``saveExecutionProgress`` (today), ``all`` without progress, ``none``
-  (a reference only: the reconciler needs a write's record);
+  keeps — as built (``all``; no ``saveExecutionProgress`` since the registry marks the op
+  ``probe``), ``all`` + progress (what every write had before), ``none`` (a reference only: the
+  reconciler needs a write's record);
 - per process (an n8n each, every one running the today's workflow): its database on the
   embedded PostgreSQL instead of SQLite (``DB_TYPE=postgresdb``, as queue mode runs it), SQLite
   with a pool of 4, task runners off (``N8N_RUNNERS_ENABLED=false``).
 
 Rounds interleave every (process, workflow) pair, the order rotating each round; the machine is
 shared, so compare ratios within one run. Run: ``.venv/bin/python
-bench/bench_n8n_write_settings.py [--n 40]``.
+bench/bench_n8n_write_settings.py [--n 40] [--processes 1]`` (``--processes 1``: the served
+process only, its workflows compared).
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ DAY0 = datetime(2038, 1, 4, 9, tzinfo=UTC)
 VM = {"N8N_EXPRESSION_ENGINE": "vm"}
 
 WORKFLOWS: dict[str, dict[str, Any]] = {
-    "all + progress (today)": {},
-    "all, no progress": {"saveExecutionProgress": False},
+    "as built (probed write: all, no progress)": {},
+    "all + progress (before: every write)": {"saveExecutionProgress": True},
     "none (reference: no record)": {
         "saveDataSuccessExecution": "none",
         "saveDataErrorExecution": "none",
@@ -119,7 +121,7 @@ class Target:
         self.answer: list[float] = []
 
 
-async def main_async(n: int) -> None:
+async def main_async(n: int, processes_wanted: int = 4) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-n8n-settings-"))
     cache = Path(os.environ.get("COUNTERSIGN_CACHE_DIR") or Settings().cache_dir)
     registry = load_registry(source_registry_dir())
@@ -142,6 +144,7 @@ async def main_async(n: int) -> None:
             "SQLite pool 4": {**VM, "DB_SQLITE_POOL_SIZE": "4"},
             "task runners off": {**VM, "N8N_RUNNERS_ENABLED": "false"},
         }
+        processes = dict(list(processes.items())[:processes_wanted])
         settings = {"caldav_base_url": base, "smtp_from": "cs@example.com"}
         plan0 = _plan(registry, 0)
         wf0 = build_workflow_for_step(plan0, "0" * 64, plan0.step(5), registry)
@@ -158,7 +161,8 @@ async def main_async(n: int) -> None:
                     N8nClient(handle.base_url, handle.api_key)
                 )
                 transport = N8nTransport(client)
-                wfs = WORKFLOWS if k == 0 else {"all + progress (today)": {}}
+                first = next(iter(WORKFLOWS))
+                wfs = WORKFLOWS if k == 0 else {first: WORKFLOWS[first]}
                 for wname, ws in wfs.items():
                     wf = _variant(wf0, f"{pname}/{wname}", ws)
                     await transport.deploy(wf)
@@ -219,4 +223,6 @@ async def main_async(n: int) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=40)
-    asyncio.run(main_async(ap.parse_args().n))
+    ap.add_argument("--processes", type=int, default=4)
+    a = ap.parse_args()
+    asyncio.run(main_async(a.n, a.processes))
