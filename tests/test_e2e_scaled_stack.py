@@ -473,8 +473,9 @@ PID_FILES = {
     "n8n-worker-1": "n8n/n8n-worker-1.pid",
     "redis": "n8n/redis.pid",
     "temporal": "temporal/temporal.pid",
-    **{f"sandbox-{n}": f"sandbox/{n}.pid" for n in ("caldav", "mail", "shop", "visa")},
 }
+#: the sandbox providers: one set to ``up`` (named ``sandbox``)
+SANDBOX = [f"sandbox/{n}.pid" for n in ("caldav", "mail", "shop", "visa")]
 
 
 def _pids(home: Path) -> dict[str, int | None]:
@@ -483,14 +484,18 @@ def _pids(home: Path) -> dict[str, int | None]:
     for name, rel in PID_FILES.items():
         pid = read_pid(home / rel)
         out[name] = pid if pid is not None and alive(pid) else None
+    providers = [read_pid(home / rel) for rel in SANDBOX]
+    whole = all(pid is not None and alive(pid) for pid in providers)
+    out["sandbox"] = providers[0] if whole else None
     first = (home / "pg" / "postmaster.pid").read_text().split("\n", 1)[0]
     out["postgres"] = int(first) if alive(int(first)) else None
     return out
 
 
 def _kill9(home: Path, name: str) -> None:
-    """SIGKILL ``name``'s process group (n8n's task runners with it); returns once it is gone."""
-    pid = read_pid(home / PID_FILES[name])
+    """SIGKILL ``name``'s process group (n8n's task runners with it; ``sandbox``: the shop
+    provider alone); returns once it is gone."""
+    pid = read_pid(home / (PID_FILES[name] if name != "sandbox" else "sandbox/shop.pid"))
     assert pid is not None and alive(pid), name
     os.killpg(pid, signal.SIGKILL)
     assert until(lambda: not alive(pid), timeout=15), f"{name} outlived SIGKILL"
@@ -518,15 +523,21 @@ def _up_again(s: Scaled, kill: list[str], also: frozenset[str] = frozenset()) ->
             assert after[name] not in (None, pid), f"{name} was not started again"
         else:
             assert after[name] == pid, f"{name} was restarted: {pid} → {after[name]}"
+    shown = s.cli("status")  # without --scale: every process a pid file names
+    assert shown.returncode == 0, shown.stderr
+    processes = json.loads(shown.stdout)["processes"]
+    assert {"api-2", "worker-2", "redis", "n8n-worker-1"} <= set(processes), processes
+    assert all(processes.values()), processes
 
 
 def test_up_again_starts_only_what_died_and_leaves_the_rest_alone(scaled: Scaled) -> None:
-    """A durable worker, an n8n queue worker, n8n's main process and the Temporal dev server
-    SIGKILLed (and the first API, when the test before killed it): ``up`` run again starts
-    exactly those and every other process keeps its pid. Redis SIGKILLed: ``up`` starts it and
+    """A durable worker, an n8n queue worker, n8n's main process, the Temporal dev server and a
+    sandbox provider SIGKILLed (and the first API, when the test before killed it): ``up`` run
+    again starts exactly those (the sandbox as one set, on the ports the APIs and workers hold)
+    and every other process keeps its pid. Redis SIGKILLed: ``up`` starts it and
     n8n's main process and workers again (they know only the old Redis's port), nothing else.
     Meetings then complete through both APIs."""
-    _up_again(scaled, ["worker-2", "n8n-worker-0", "n8n", "temporal"])
+    _up_again(scaled, ["worker-2", "n8n-worker-0", "n8n", "temporal", "sandbox"])
     _up_again(scaled, ["redis"], also=frozenset({"n8n", "n8n-worker-0", "n8n-worker-1"}))
     out: dict[str, Any] = {}
     for i, pair in enumerate(PEOPLE):

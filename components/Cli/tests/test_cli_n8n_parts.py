@@ -121,3 +121,23 @@ def test_a_pid_file_naming_a_reused_pid_is_a_dead_process(data_dir: Path) -> Non
     pid_file.write_text(f"{pid} {int(ticks) + 1}\n")
     assert not n8nstack._running(pid_file)
     pid_file.write_text(f"{pid} {ticks}\n")
+
+
+def test_up_counts_the_stack_as_running_only_when_an_api_or_a_worker_was() -> None:
+    """PostgreSQL, n8n, Temporal and the sandbox also run from other commands (``db``,
+    ``n8n up``, ``temporal up``, ``sandbox up``): ``up`` after them is a first start (the main
+    job, the foreground); an API or a durable worker found running makes it a repair."""
+    from countersign.cli.stack import Tally
+
+    tally = Tally()
+    for name in ("postgres", "n8n", "redis", "n8n-worker-0", "temporal", "sandbox"):
+        tally.note(name, False)
+    tally.note("worker", True)
+    tally.note("api", True)
+    assert not tally.was_running
+    tally.note("api-2", False)
+    assert tally.was_running
+    assert tally.lines() == [
+        "started          worker, api",
+        "already up       postgres, n8n, redis, n8n-worker-0, temporal, sandbox, api-2",
+    ]

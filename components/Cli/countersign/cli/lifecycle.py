@@ -83,9 +83,10 @@ def _up(
     settings: Settings, intent: Path | None, *, services: bool, port: int, detach: bool
 ) -> None:
     """``up``'s body: check the registry and key ring, start the stack, run the main job, then
-    print where everything is and wait (unless ``detach``). With any process of the stack already
-    running, ``up`` starts the missing ones only, prints where everything is and what it started,
-    and returns (the main job ran when the stack first came up)."""
+    print where everything is and wait (unless ``detach``). It starts only the processes that are
+    not running; when the stack was running (an API or a durable worker of this folder), it prints
+    where everything is and what it started, and returns (the main job ran when the stack first
+    came up)."""
     from countersign.kernel import system_clock  # noqa: PLC0415 - `up` alone needs these
     from countersign.registry import load_registry  # noqa: PLC0415
     from countersign.signer import open_keyring, verify_signed_plan  # noqa: PLC0415
@@ -104,7 +105,7 @@ def _up(
     ring = open_keyring(settings, now=_now(), create=True)
     _say(f"key ring ok: active key {ring.active()[0]} in {settings.keys_dir}")
     info = stack_up(settings, port=port, say=_say) if services else None
-    if info is not None and info.tally.already_up:  # run again: it started what was missing
+    if info is not None and info.tally.was_running:  # run again: it started what was missing
         for line in info.lines():
             typer.echo(line)
         _say(f"the stack of {settings.home} was already running; 'countersign down' stops it")

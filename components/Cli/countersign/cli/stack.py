@@ -55,6 +55,12 @@ class Tally:
     def note(self, name: str, started: bool) -> None:
         (self.started if started else self.already_up).append(name)
 
+    @property
+    def was_running(self) -> bool:
+        """Was the stack of this folder running: an API or a durable worker, which only ``up``
+        starts? (PostgreSQL, n8n, Temporal and the sandbox also run from other commands.)"""
+        return any(n.partition("-")[0] in ("api", "worker") for n in self.already_up)
+
     def lines(self) -> list[str]:
         return [
             f"started          {', '.join(self.started) or 'nothing'}",
@@ -112,17 +118,22 @@ def _postgres_running(folder: Path) -> bool:
 
 
 def stack_processes(settings: Settings) -> dict[str, bool]:
-    """Each process ``up`` starts with these settings, by name: is it running?"""
-    run, home = _run_dir(settings), settings.home
+    """Each process ``up`` starts with these settings, and every other one a pid file of the data
+    folder names (started by ``up --scale``), by name: is it running?"""
+    run, home, n8n_dir = _run_dir(settings), settings.home, settings.home / "n8n"
     out: dict[str, bool] = {}
     if settings.database_url is None:
         out["postgres"] = _postgres_running(home / "pg")
-    out |= {n: _running(f) for n, f in n8n_processes(settings, home / "n8n").items()}
+    n8n = n8n_processes(settings, n8n_dir)
+    for f in sorted([*n8n_dir.glob("n8n-worker-*.pid"), *n8n_dir.glob("redis.pid")]):
+        n8n.setdefault(f.stem, f)
+    out |= {n: _running(f) for n, f in n8n.items()}
     if _local_temporal(settings):
         out["temporal"] = _running(home / "temporal" / "temporal.pid")
     out["sandbox"] = bool(sandbox_status(home)["running"])
-    out |= {n: _running(run / f"{n}.pid") for n in _names("worker", settings.durable_workers)}
-    out |= {n: _running(run / f"{n}.pid") for n in _names("api", settings.api_replicas)}
+    for kind, count in (("worker", settings.durable_workers), ("api", settings.api_replicas)):
+        names = [*_names(kind, count), *(f.stem for f in sorted(run.glob(f"{kind}-*.pid")))]
+        out |= {n: _running(run / f"{n}.pid") for n in dict.fromkeys(names)}
     return out
 
 
@@ -146,10 +157,7 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
     t = _start_temporal(settings, port, tally)
     say(f"temporal ok: {t['address']} (UI {t['ui']})")
     tally.note("sandbox", not sandbox_status(settings.home)["running"])
-    sandbox = start_sandbox(
-        settings.home,
-        ports=SandboxPorts.any_free() if settings.sandbox_ports == "free" else None,
-    )
+    sandbox = start_sandbox(settings.home, ports=_sandbox_ports(settings, run))
     say(f"sandbox ok: {', '.join(f'{k} {v}' for k, v in sandbox.urls().items())}")
     env = {
         **os.environ,
@@ -181,6 +189,29 @@ def stack_up(settings: Settings, *, port: int, say: Callable[[str], None]) -> St
         logs=logs,
         more_apis=tuple(f"http://127.0.0.1:{p}" for p in apis[1:]),
         tally=tally,
+    )
+
+
+def _sandbox_ports(settings: Settings, run: Path) -> SandboxPorts | None:
+    """The ports ``start_sandbox`` is given: None (its defaults) unless the settings say ``free``;
+    then free ones, except while an API or a durable worker of this folder runs: their connector
+    settings name the providers' ports, so a set started again (one provider died) takes the
+    ports it had."""
+    if settings.sandbox_ports != "free":
+        return None
+    if not any(_running(f) for f in [*run.glob("api*.pid"), *run.glob("worker*.pid")]):
+        return SandboxPorts.any_free()
+    had = sandbox_status(settings.home)["services"]
+
+    def port(where: str) -> int:
+        return int(where.rsplit(":", 1)[1])
+
+    return SandboxPorts(
+        caldav=port(had["caldav"]["url"]),
+        smtp=port(had["mail"]["smtp"]),
+        mailbox=port(had["mail"]["url"]),
+        shop=port(had["shop"]["url"]),
+        visa=port(had["visa"]["url"]),
     )
 
 
