@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -78,11 +79,13 @@ def temporal_start(
     sqlite_pragmas: Mapping[str, str] | None = None,
     dynamic_config: Mapping[str, object] | None = None,
     metrics_port: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start the dev server in the background (pid and log in ``folder``); wait for the port.
     ``search_attributes=False`` leaves them out (as a bare cluster would be);
     ``sqlite_pragmas`` / ``dynamic_config`` replace ``SQLITE_PRAGMAS`` / ``DYNAMIC_CONFIG``
-    (benchmarks compare them); ``metrics_port`` serves Prometheus metrics on loopback;
+    (benchmarks compare them); ``metrics_port`` serves Prometheus metrics on loopback; ``env``
+    adds environment variables to the server's (e.g. ``GOGC``, benchmarks);
     ``ui_codec_endpoint`` (the API's ``…/codec``) lets the Web UI show sealed payloads to the
     person they belong to."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -113,12 +116,19 @@ def temporal_start(
         cmd += ["--metrics-port", str(metrics_port)]
     for attr, kind in SEARCH_ATTRIBUTES.items() if search_attributes else ():
         cmd += ["--search-attribute", f"{attr}={kind}"]
-    _spawn_healthy(cmd, folder, port=port, ui_port=ui_port, timeout_s=timeout_s)
+    server_env = {**os.environ, **(env or {})} if env else None
+    _spawn_healthy(cmd, folder, port=port, ui_port=ui_port, timeout_s=timeout_s, env=server_env)
     return temporal_status(folder, port=port, ui_port=ui_port)
 
 
 def _spawn_healthy(
-    cmd: list[str], folder: Path, *, port: int, ui_port: int, timeout_s: float
+    cmd: list[str],
+    folder: Path,
+    *,
+    port: int,
+    ui_port: int,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
 ) -> None:
     """Start the dev server and wait until it is whole: the frontend port, then the UI port (the
     last it opens), and still alive a moment later. The dev server picks its internal ports
@@ -127,7 +137,7 @@ def _spawn_healthy(
     to three times."""
     log = folder / "temporal.log"
     for attempt in range(3):
-        proc = spawn(cmd, log=log, pid_file=folder / "temporal.pid")
+        proc = spawn(cmd, log=log, pid_file=folder / "temporal.pid", env=env)
         try:
             wait_port(port, proc, name="temporal", log=log, timeout_s=timeout_s)
             wait_port(ui_port, proc, name="temporal", log=log, timeout_s=timeout_s)
