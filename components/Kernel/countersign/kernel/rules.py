@@ -38,11 +38,13 @@ unknown is never retried (the table refuses it: at most once).
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from fnmatch import fnmatchcase, translate
+from fnmatch import translate
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Literal
@@ -178,20 +180,16 @@ class ArgTest(_Rule):
 
     def holds(self, value: Any) -> bool:
         """Whether ``value`` (a known argument) passes; a value of the wrong kind does not."""
-        for name in _NUMERIC:
-            limit = getattr(self, name)
-            if limit is not None:
-                n = _number(value)
-                return n is not None and _compare(name, n, limit)
-        if self.in_ is not None:
-            return value in self.in_
-        if self.not_in is not None:
-            return value not in self.not_in
-        if self.matches is not None:
-            return isinstance(value, str) and fnmatchcase(value, self.matches)
-        if self.not_matches is not None:
-            return not (isinstance(value, str) and fnmatchcase(value, self.not_matches))
-        return bool(value == self.eq) if self.eq is not None else bool(value != self.ne)
+        return self.predicate(value)
+
+    @cached_property
+    def predicate(self) -> Callable[[Any], bool]:
+        """``holds`` as one function, chosen once from the field that is set (a test runs for
+        every write of every plan: no field is looked up again)."""
+        name = next((k for k in _PREDICATES if getattr(self, k) is not None), None)
+        if name is None:  # a set test: ``check`` reads the facts, it has no constant to hold
+            return _never
+        return _PREDICATES[name](getattr(self, name))
 
 
 class GateRule(_Rule):
@@ -347,8 +345,47 @@ def _number(value: Any) -> Decimal | None:
     return n if n.is_finite() else None
 
 
-def _compare(name: str, n: Decimal, limit: Decimal) -> bool:
-    return {"gt": n > limit, "ge": n >= limit, "lt": n < limit, "le": n <= limit}[name]
+_COMPARE: dict[str, Callable[[Decimal, Decimal], bool]] = {
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "lt": operator.lt,
+    "le": operator.le,
+}
+
+
+def _numeric(compare: Callable[[Decimal, Decimal], bool], limit: Decimal, value: Any) -> bool:
+    n = _number(value)
+    return n is not None and compare(n, limit)
+
+
+def _never(value: Any) -> bool:
+    return False
+
+
+def _not_member(items: list[Any], value: Any) -> bool:
+    return value not in items
+
+
+def _glob(match: Callable[[str], object], inside: bool, value: Any) -> bool:
+    """``matches`` (``inside``) or ``not_matches``: ``fnmatchcase`` on text, compiled once."""
+    hit = isinstance(value, str) and match(value) is not None
+    return hit if inside else not hit
+
+
+def _globbed(inside: bool) -> Callable[[str], Callable[[Any], bool]]:
+    return lambda glob: functools.partial(_glob, re.compile(translate(glob)).match, inside)
+
+
+#: an ``ArgTest`` field → the predicate its value makes (``ArgTest.predicate``)
+_PREDICATES: dict[str, Callable[[Any], Callable[[Any], bool]]] = {
+    **{k: functools.partial(functools.partial, _numeric, f) for k, f in _COMPARE.items()},
+    "in_": lambda items: items.__contains__,
+    "not_in": lambda items: functools.partial(_not_member, items),
+    "matches": _globbed(True),
+    "not_matches": _globbed(False),
+    "eq": lambda v: functools.partial(operator.eq, v),
+    "ne": lambda v: functools.partial(operator.ne, v),
+}
 
 
 # ---- failure actions ---------------------------------------------------------------------------
