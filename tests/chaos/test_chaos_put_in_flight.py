@@ -39,6 +39,8 @@ from tests.chaos.harness import (
 )
 from tests.chaos.test_chaos_meeting import world  # noqa: F401 - the meeting's world fixture
 
+_FRAMING = frozenset({"transfer-encoding", "connection", "content-length", "content-encoding"})
+
 
 class HoldingProxy:
     """Forwards every request to ``upstream``; the first PUT to ``held_user``'s calendar is
@@ -79,16 +81,11 @@ class HoldingProxy:
         if hold:
             self._hold(h.connection)
             return
+        # r.content is decoded and whole: its own length, no upstream framing or encoding
+        kept = [(k, v) for k, v in r.headers.items() if k.lower() not in _FRAMING]
         h.send_response(r.status_code)
-        for k, v in r.headers.items():
-            if k.lower() not in (
-                "transfer-encoding",
-                "connection",
-                "content-length",
-                "content-encoding",
-            ):
-                h.send_header(k, v)
-        h.send_header("Content-Length", str(len(r.content)))
+        for k, v in [*kept, ("Content-Length", str(len(r.content)))]:
+            h.send_header(k, v)
         h.end_headers()
         h.wfile.write(r.content)
 
