@@ -71,6 +71,8 @@ def test_previews_keep_nothing_and_a_forget_redacts_other_peoples_records(
         _execute(alice, mine)
 
     held = _executions(n8n)
+    # no kept record holds n8n's API key (a webhook call's headers are its trigger's output)
+    assert held and not [e["id"] for e in held if n8n.api_key in json.dumps(e)]
     # no execution of alice's holds bob's event title: her previews' reads kept nothing
     hers = [e for e in held if owner_plan(e) in {previewed, mine[0]}]
     assert not [e["id"] for e in hers if SECRET.lower() in json.dumps(e).lower()]

@@ -83,3 +83,27 @@ def test_a_read_is_retried_after_transient_failures(script: list[str]) -> None:
 def test_a_write_that_never_reached_n8n_is_retried(first: str) -> None:
     seen, out = asyncio.run(_call([first, first, "ok"], write=True))
     assert out == {"ok": True} and seen == [first, first, "ok"]
+
+
+def test_the_api_key_goes_to_the_api_only_never_to_a_webhook_or_a_resume() -> None:
+    """n8n stores a webhook call's headers in the execution's data: the key must not be there."""
+    sent: list[tuple[str, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append((request.url.path, request.headers.get("x-n8n-api-key")))
+        return httpx.Response(200, json={"data": [], "nextCursor": None})
+
+    async def go() -> None:
+        async with N8nClient(
+            "http://n8n.test", "secret-key", transport=httpx.MockTransport(handler)
+        ) as c:
+            await c.call_webhook("p", {"x": 1}, write=True)
+            await c.resume("http://n8n.test/webhook-waiting/7", {"ok": True})
+            await c.get_workflow("w1")
+
+    asyncio.run(go())
+    assert sent == [
+        ("/webhook/p", None),
+        ("/webhook-waiting/7", None),
+        ("/api/v1/workflows/w1", "secret-key"),
+    ]

@@ -47,9 +47,13 @@ class N8nClient:
         self.base_url = base_url.rstrip("/")
         self._attempts = attempts
         self._backoff = backoff_s
+        # the key goes with the public API's requests only: a webhook or resume call's headers
+        # are the trigger's output, which n8n stores in the execution's data (the key would rest
+        # in every write's record)
+        self._key = {"X-N8N-API-KEY": api_key}
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            headers={"X-N8N-API-KEY": api_key, "Accept": "application/json"},
+            headers={"Accept": "application/json"},
             timeout=timeout_s,
             transport=transport,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
@@ -64,6 +68,10 @@ class N8nClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def _headers_for(self, url: str, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        """The key is added to the public API's requests only (``__init__``)."""
+        return {**(headers or {}), **self._key} if url.startswith("/api/") else headers
 
     async def _request(
         self,
@@ -82,6 +90,7 @@ class N8nClient:
         sent = False  # did any attempt possibly reach n8n? (a write may then have happened)
         # a webhook can answer 404 for ~1 s after activation (asynchronous registration)
         attempts = max(self._attempts, 8) if retry_404 else self._attempts
+        headers = self._headers_for(url, headers)
         for attempt in range(attempts):
             try:
                 r = await self._http.request(method, url, json=json, params=params, headers=headers)
