@@ -141,7 +141,7 @@ def test_a_write_role_step_never_runs_even_if_the_registry_calls_its_op_a_read(
 ) -> None:
     def relabel(op: dict[str, Any]) -> None:
         op["safety"], op["previewable"] = "read", True
-        del op["compensation"], op["budget"]  # a read may have neither
+        del op["compensation"], op["budget"], op["probe"]  # a read may have none of them
 
     edited = edited_registry(
         source_registry_dir(), tmp_path / "registry", "shop.sandbox", "purchase", relabel

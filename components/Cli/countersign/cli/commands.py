@@ -86,7 +86,11 @@ VERBS: tuple[Verb, ...] = (
         "Stop everything ``countersign up`` started: the API, the worker, the sandbox providers, "
         "n8n, Temporal and the embedded PostgreSQL.",
     ),
-    Verb("status", f"{_CLI}.lifecycle:status_cmd", "Where each service is, as JSON."),
+    Verb(
+        "status",
+        f"{_CLI}.lifecycle:status_cmd",
+        "Where each service is, and whether each process ``up`` starts runs, as JSON.",
+    ),
     Verb(
         "stats",
         f"{_CLI}.stats:stats_cmd",
